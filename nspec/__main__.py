@@ -1,0 +1,3 @@
+from nspec.cli import main
+
+raise SystemExit(main())

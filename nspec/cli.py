@@ -1,0 +1,142 @@
+"""The `nspec` command line. Thin: parse arguments, call the library, render. Errors become exit codes in `main`.
+
+Exit codes: 0 done; 1 internal error (a bug); 2 bad input; 3 submitted and still pending; 4 finished with failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from nspec import __version__
+from nspec.errors import NspecError, SpecError, SpecIssue
+from nspec.spec import load_spec, schema_path
+
+app = typer.Typer(
+    name="nspec",
+    help="Long-context retrieval benchmarks as YAML specs, compiled into provider batch files.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _stdout() -> Console:
+    return Console(soft_wrap=True, highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        _stdout().print(f"nspec {__version__}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)
+    ] = False,
+) -> None:
+    """Long-context retrieval benchmarks as YAML specs, compiled into provider batch files."""
+
+
+@app.command()
+def validate(
+    specs: Annotated[list[str], typer.Argument(help="Spec files to check.", metavar="SPEC")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Check specs against the schema and the spec rules; report every error as FILE:LINE:COL: key.path: message."""
+    results: list[tuple[str, list[SpecIssue]]] = []
+    for spec in specs:
+        try:
+            load_spec(spec)
+            results.append((spec, []))
+        except SpecError as exc:
+            results.append((spec, exc.issues))
+    valid = all(not issues for _, issues in results)
+    if as_json:
+        payload = {
+            "valid": valid,
+            "files": [
+                {"file": f, "valid": not issues, "errors": [i.as_dict() for i in issues]} for f, issues in results
+            ],
+        }
+        _stdout().print(json.dumps(payload, indent=2), markup=False)
+    else:
+        out, err = _stdout(), _stderr()
+        for spec, issues in results:
+            if issues:
+                _print_issues(err, issues)
+            else:
+                out.print(Text.assemble((spec, "bold"), ": ", ("valid", "green")))
+        bad = sum(1 for _, issues in results if issues)
+        if bad:
+            count = sum(len(issues) for _, issues in results)
+            err.print(
+                Text(
+                    f"{count} error{'s' * (count != 1)} in {bad} of {len(results)} file{'s' * (len(results) != 1)}",
+                    style="bold red",
+                )
+            )
+    if not valid:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema() -> None:
+    """Print the path of the spec JSON Schema, for editors (# yaml-language-server: $schema=PATH)."""
+    _stdout().print(str(schema_path()), markup=False)
+
+
+def _print_issues(console: Console, issues: list[SpecIssue]) -> None:
+    for issue in issues:
+        text = Text.assemble((str(issue.location), "bold"), ": ")
+        if issue.path:
+            text.append(issue.path, style="cyan")
+            text.append(": ")
+        text.append(issue.message)
+        console.print(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; the single place where errors become exit codes."""
+    try:
+        app(args=argv, prog_name="nspec")  # standalone: usage errors print themselves and exit 2
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except SpecError as exc:
+        _print_issues(_stderr(), exc.issues)
+        return exc.exit_code
+    except NspecError as exc:
+        _stderr().print(Text.assemble(("error: ", "bold red"), str(exc)))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: say so plainly, keep the traceback out of the user's way
+        if os.environ.get("NSPEC_DEBUG"):
+            traceback.print_exc()
+        _stderr().print(
+            Text.assemble(
+                ("internal error: ", "bold red"),
+                f"{type(exc).__name__}: {exc}",
+                " (a bug in nspec; set NSPEC_DEBUG=1 to see the traceback)",
+            )
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""Rules a JSON Schema cannot express: placeholders, cross-references between sections, grid arithmetic.
+
+Every check runs on the merged spec even when the schema found errors, so one `nspec validate` reports everything;
+checks therefore look only at values of the expected type and skip the rest (the schema reports those).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from nspec.compiler import grid as grid_axes
+from nspec.errors import SpecIssue
+from nspec.spec.templates import TemplateError, placeholders
+from nspec.spec.yamlsource import Path, SourceMap, format_path
+
+PROMPT_FIELDS = ("system", "user", "prefill")
+DETERMINISTIC_SCORERS = ("contains", "exact", "regex", "number", "rails", "all_of")
+# Request fields nspec sets itself; a spec setting them in `params` would silently change the experiment.
+RESERVED_PARAMS = ("model", "messages", "system", "stream", "n")
+
+
+class _Checker:
+    def __init__(self, data: dict[str, Any], source: SourceMap, base_dir: str) -> None:
+        self.data = data
+        self.source = source
+        self.base_dir = base_dir
+        self.issues: list[SpecIssue] = []
+
+    def error(self, path: Path, message: str, *, at_key: bool = False) -> None:
+        loc = self.source.key(path) if at_key else self.source.value(path)
+        self.issues.append(SpecIssue(loc, format_path(path), message))
+
+    def template(self, path: Path, text: Any, allowed: set[str], what: str) -> dict[str, int] | None:
+        """Check one template: parsable, every placeholder allowed. Returns the placeholder counts."""
+        if not isinstance(text, str):
+            return None
+        try:
+            found = placeholders(text)
+        except TemplateError as exc:
+            self.error(path, str(exc))
+            return None
+        for name in sorted(set(found) - allowed):
+            hint = f"; {what} may use {_braced(allowed)}" if allowed else f"; {what} takes no placeholders"
+            self.error(path, f"unknown placeholder {{{name}}}{hint}")
+        return dict(found)
+
+    # -- sections ------------------------------------------------------------------------------------------------
+
+    def run(self) -> list[SpecIssue]:
+        self.prompts()
+        self.haystack_and_needles()
+        self.grid()
+        self.models()
+        self.scoring()
+        return self.issues
+
+    def prompt_entries(self) -> Iterator[tuple[Path, dict[str, Any]]]:
+        prompt = self.data.get("prompt")
+        if isinstance(prompt, dict):
+            yield ("prompt",), prompt
+        prompts = self.data.get("prompts")
+        if isinstance(prompts, list):
+            for i, variant in enumerate(prompts):
+                if isinstance(variant, dict):
+                    yield ("prompts", i), variant
+
+    def model_entries(self) -> Iterator[tuple[Path, dict[str, Any]]]:
+        models = self.data.get("models")
+        if isinstance(models, list):
+            for i, model in enumerate(models):
+                if isinstance(model, dict):
+                    yield ("models", i), model
+
+    def prompts(self) -> None:
+        has_one, has_many = "prompt" in self.data, "prompts" in self.data
+        if has_one and has_many:
+            self.error(("prompts",), "give either `prompt` or `prompts`, not both", at_key=True)
+        elif not has_one and not has_many:
+            self.error((), "missing `prompt` (or `prompts`, a list of named variants): how cells are put to models")
+        names: dict[str, Path] = {}
+        for path, entry in self.prompt_entries():
+            name = entry.get("name")
+            if isinstance(name, str):
+                if name in names:
+                    self.error((*path, "name"), f"prompt variant {name!r} is defined twice")
+                names[name] = path
+        overrides = [
+            ((*path, "prompt"), m["prompt"]) for path, m in self.model_entries() if isinstance(m.get("prompt"), dict)
+        ]
+        for path, entry in [*self.prompt_entries(), *overrides]:
+            for field in PROMPT_FIELDS:
+                allowed = {"haystack", "question"} if field == "user" else {"question"}
+                self.template((*path, field), entry.get(field), allowed, f"`{field}`")
+            self.haystack_once(path, entry.get("user"))
+        for path, entry in self.prompt_entries():
+            self.question_shown(path, entry)
+            for override_path, override in overrides:
+                self.question_shown(override_path, {**entry, **override}, variant=path)
+
+    def haystack_once(self, path: Path, user: Any) -> None:
+        if not isinstance(user, str):
+            return
+        try:
+            count = placeholders(user).get("haystack", 0)
+        except TemplateError:
+            return  # reported by prompt_templates
+        if count != 1:
+            where = (*path, "user")
+            self.error(where, f"the user template must contain {{haystack}} exactly once (found {count})")
+
+    def question_shown(self, path: Path, entry: dict[str, Any], variant: Path | None = None) -> None:
+        if not isinstance(entry.get("user"), str):
+            return  # the schema reports the missing user template
+        for field in PROMPT_FIELDS:
+            text = entry.get(field)
+            if isinstance(text, str):
+                try:
+                    if "question" in placeholders(text):
+                        return
+                except TemplateError:
+                    return
+        suffix = f" (with prompt {format_path(variant)})" if variant else ""
+        self.error(path, f"the question is never shown to the model: put {{question}} in `user`{suffix}")
+
+    def haystack_and_needles(self) -> None:
+        haystack = self.data.get("haystack")
+        needles = self.data.get("needles")
+        is_stack = isinstance(haystack, dict) and "stack" in haystack
+        if is_stack and needles is not None:
+            self.error(
+                ("needles",),
+                "a `stack` haystack takes its questions from stack.questions; remove `needles`",
+                at_key=True,
+            )
+        if isinstance(haystack, dict) and not is_stack and needles is None:
+            self.error((), "missing `needles`: what to hide in the haystack")
+        repeats = self.data.get("grid", {}).get("repeats") if isinstance(self.data.get("grid"), dict) else None
+        if repeats is not None and isinstance(haystack, dict) and not is_stack:
+            self.error(("grid", "repeats"), "`repeats` applies to `stack` haystacks only", at_key=True)
+        if isinstance(haystack, dict):
+            self.haystack_files(haystack)
+        if isinstance(needles, list):
+            ids: dict[str, int] = {}
+            for i, needle in enumerate(needles):
+                if isinstance(needle, dict):
+                    self.needle(("needles", i), needle)
+                    nid = needle.get("id")
+                    if isinstance(nid, str):
+                        if nid in ids:
+                            self.error(
+                                ("needles", i, "id"),
+                                f"needle id {nid!r} is already used by needles[{ids[nid]}]",
+                            )
+                        ids[nid] = i
+
+    def haystack_files(self, haystack: dict[str, Any]) -> None:
+        files = haystack.get("files")
+        patterns = [files] if isinstance(files, str) else files if isinstance(files, list) else []
+        for i, pattern in enumerate(patterns):
+            if not isinstance(pattern, str):
+                continue
+            path: Path = ("haystack", "files") if isinstance(files, str) else ("haystack", "files", i)
+            if not glob.glob(os.path.join(self.base_dir, pattern), recursive=True):
+                self.error(path, f"no file matches {pattern!r} (relative to the spec's folder)")
+        stack = haystack.get("stack")
+        if isinstance(stack, dict):
+            for key in ("items", "questions"):
+                name = stack.get(key)
+                if isinstance(name, str) and not os.path.isfile(os.path.join(self.base_dir, name)):
+                    self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
+
+    def needle(self, path: Path, needle: dict[str, Any]) -> None:
+        variables = needle.get("vars")
+        names = set(variables) if isinstance(variables, dict) else set()
+        fields: list[tuple[Path, Any]] = [
+            ((*path, "text"), needle.get("text")),
+            ((*path, "question"), needle.get("question")),
+        ]
+        answer = needle.get("answer")
+        fields += (
+            [((*path, "answer", i), a) for i, a in enumerate(answer)]
+            if isinstance(answer, list)
+            else [((*path, "answer"), answer)]
+        )
+        alternates = needle.get("alternates")
+        if isinstance(alternates, list):
+            fields += [((*path, "alternates", i), a) for i, a in enumerate(alternates)]
+        found = [set(self.template(p, text, names, "this needle (its `vars`)") or ()) for p, text in fields]
+        in_text, used = found[0], set().union(*found)
+        for name in sorted(names - used):
+            self.error((*path, "vars", name), f"variable {name!r} is never used", at_key=True)
+        for name in sorted((names & used) - in_text):
+            self.error(
+                (*path, "vars", name),
+                f"variable {name!r} does not appear in the needle's `text`, "
+                "so the answer cannot be found in the context",
+                at_key=True,
+            )
+        if isinstance(variables, dict):
+            for name, spec in variables.items():
+                if isinstance(spec, dict) and "separator" in spec and "words" not in spec:
+                    self.error(
+                        (*path, "vars", name, "separator"),
+                        "`separator` applies to `words` variables only",
+                        at_key=True,
+                    )
+        count, distractors = needle.get("count", 1), needle.get("distractors", 0)
+        if (
+            isinstance(count, int)
+            and isinstance(distractors, int)
+            and (count > 1 or distractors > 0)
+            and not any(
+                isinstance(s, dict) and s.get("scope", "instance") == "instance" for s in (variables or {}).values()
+            )
+        ):
+            self.error(
+                path,
+                "copies of this needle would all be identical: give it a variable with `scope: instance` (the default)",
+            )
+
+    def grid(self) -> None:
+        grid = self.data.get("grid")
+        if not isinstance(grid, dict):
+            return
+        for key, expand in (("context_lengths", grid_axes.context_lengths), ("depths", grid_axes.depths)):
+            axis = grid.get(key)
+            if isinstance(axis, dict):
+                start, stop, steps = axis.get("from", 0), axis.get("to", 100), axis.get("steps")
+                if not all(isinstance(v, int | float) for v in (start, stop, steps)):
+                    continue
+                if start > stop:
+                    self.error(("grid", key), f"`from` ({start}) is greater than `to` ({stop})")
+                    continue
+                values = expand(axis)
+                dups = sorted({v for v in values if values.count(v) > 1})
+                if dups:
+                    self.error(("grid", key), f"the range gives duplicate values ({_short(dups)}): use fewer steps")
+        lengths = grid.get("context_lengths")
+        if isinstance(lengths, dict | list):
+            try:
+                values = grid_axes.context_lengths(lengths)
+            except (KeyError, TypeError, ValueError):
+                return
+            if not all(isinstance(v, int) for v in values):
+                return
+            for path, reserve in self.reserves():
+                too_small = [v for v in values if 0 < v <= reserve]  # non-positive ones: the schema says
+                if too_small:
+                    self.error(
+                        ("grid", "context_lengths"),
+                        f"context length {_short(too_small)} leaves no room for the prompt: it must exceed "
+                        f"reserve_tokens ({reserve}, {format_path(path)})",
+                    )
+
+    def reserves(self) -> Iterator[tuple[Path, int]]:
+        """Every reserve_tokens that applies to some cell, with the path that sets it."""
+        seen = set()
+        for path, entry in [*self.prompt_entries(), *((p, m.get("prompt")) for p, m in self.model_entries())]:
+            if isinstance(entry, dict):
+                reserve = entry.get("reserve_tokens", 300 if path[0] != "models" else None)
+                if isinstance(reserve, int) and reserve not in seen:
+                    seen.add(reserve)
+                    yield (*path, "reserve_tokens"), reserve
+
+    def models(self) -> None:
+        labels: dict[str, Path] = {}
+        for path, model in self.model_entries():
+            label = model.get("name", model.get("id"))
+            if isinstance(label, str):
+                if label in labels:
+                    self.error(path, f"model {label!r} appears twice; give one of them a distinct `name`")
+                labels[label] = path
+            self.model_settings(path, model, self.model_reserves(model))
+
+    def model_reserves(self, model: dict[str, Any]) -> list[int]:
+        override = model.get("prompt")
+        if isinstance(override, dict) and isinstance(override.get("reserve_tokens"), int):
+            return [override["reserve_tokens"]]
+        return [
+            e.get("reserve_tokens", 300)
+            for _, e in self.prompt_entries()
+            if isinstance(e.get("reserve_tokens", 300), int)
+        ]
+
+    def model_settings(self, path: Path, model: dict[str, Any], reserves: list[int]) -> None:
+        model_id = model.get("id")
+        provider = model_id.split("/", 1)[0] if isinstance(model_id, str) else None
+        if provider == "openai-compatible" and "base_url" not in model:
+            self.error(path, "an openai-compatible model needs `base_url`")
+        if "batch_api" in model and provider not in (None, "openai-compatible"):
+            self.error((*path, "batch_api"), "`batch_api` applies to openai-compatible models only", at_key=True)
+        if provider == "openai-compatible" and model.get("mode") == "batch" and model.get("batch_api") is not True:
+            self.error((*path, "mode"), "`mode: batch` on an openai-compatible server needs `batch_api: true`")
+        tokenizer = model.get("tokenizer")
+        name = tokenizer.get("name") if isinstance(tokenizer, dict) else tokenizer
+        if name == "model" and provider not in (None, "local"):
+            self.error(
+                (*path, "tokenizer"),
+                "`tokenizer: model` (the model's own) is available for local models only",
+            )
+        if isinstance(tokenizer, dict) and "factor" in tokenizer and name != "proxy":
+            self.error((*path, "tokenizer", "factor"), "`factor` applies to the proxy tokenizer only", at_key=True)
+        params = model.get("params")
+        if isinstance(params, dict):
+            for key in RESERVED_PARAMS:
+                if key in params:
+                    self.error(
+                        (*path, "params", key),
+                        f"`{key}` is set by nspec from the spec; remove it",
+                        at_key=True,
+                    )
+            for key in ("max_tokens", "max_completion_tokens"):
+                limit = params.get(key)
+                if isinstance(limit, int) and reserves and limit > min(reserves):
+                    self.error(
+                        (*path, "params", key),
+                        f"{key} ({limit}) exceeds reserve_tokens ({min(reserves)}): the answer could "
+                        "overflow the context length; raise reserve_tokens or lower max_tokens",
+                    )
+
+    def scoring(self) -> None:
+        scoring = self.data.get("scoring")
+        if not isinstance(scoring, list):
+            return
+        judges = [i for i, s in enumerate(scoring) if isinstance(s, dict) and "judge" in s]
+        for i in judges[1:]:
+            self.error(("scoring", i), "only one `judge` entry is allowed; list every judge under its `models`")
+        if judges and judges[0] != len(scoring) - 1:
+            self.error(
+                ("scoring", judges[0]),
+                "the `judge` entry must come last: it grades what the scorers above it leave undecided",
+            )
+        for i, scorer in enumerate(scoring):
+            if not isinstance(scorer, dict):
+                continue
+            for kind in ("contains", "exact", "all_of"):
+                value = scorer.get(kind)
+                if isinstance(value, dict):
+                    self.template(("scoring", i, kind, "value"), value.get("value"), {"answer"}, f"`{kind}`")
+                else:
+                    self.template(("scoring", i, kind), value, {"answer"}, f"`{kind}`")
+            judge = scorer.get("judge")
+            if isinstance(judge, dict):
+                self.judge(("scoring", i, "judge"), judge)
+
+    def judge(self, path: Path, judge: dict[str, Any]) -> None:
+        rubric = judge.get("rubric", "pass-fail")
+        if rubric == "score-10" and "threshold" not in judge:
+            self.error(path, "rubric score-10 needs `threshold`: the lowest score that passes (e.g. 7)")
+        if rubric == "pass-fail" and "threshold" in judge:
+            self.error((*path, "threshold"), "`threshold` applies to rubric score-10 only", at_key=True)
+        models = judge.get("models")
+        if not isinstance(models, list):
+            return
+        labels: set[str] = set()
+        for j, entry in enumerate(models):
+            label = (
+                entry
+                if isinstance(entry, str)
+                else entry.get("name", entry.get("id"))
+                if isinstance(entry, dict)
+                else None
+            )
+            if isinstance(label, str):
+                if label in labels:
+                    self.error((*path, "models", j), f"judge {label!r} is listed twice")
+                labels.add(label)
+            if isinstance(entry, dict):
+                self.model_settings((*path, "models", j), entry, [])
+
+
+def check(data: dict[str, Any], source: SourceMap, base_dir: str) -> list[SpecIssue]:
+    """Every semantic issue of a merged spec; ``base_dir`` is the folder that relative paths start from."""
+    return _Checker(data, source, base_dir).run()
+
+
+def _braced(names: set[str]) -> str:
+    return ", ".join("{" + n + "}" for n in sorted(names))
+
+
+def _short(values: list[Any]) -> str:
+    shown = ", ".join(str(v) for v in values[:5])
+    return shown + (f" and {len(values) - 5} more" if len(values) > 5 else "")

@@ -1,0 +1,167 @@
+"""Loading a spec: read the file and its includes, merge them, validate, and resolve defaults.
+
+The result is the resolved spec: one plain mapping with no `include:` or `defaults:` left, every default filled in,
+and paths of files rewritten relative to the root spec's folder, so it can be written out and re-validated as is.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from nspec.errors import Location, SpecError, SpecIssue
+from nspec.spec import checks
+from nspec.spec.schema import fill_defaults, schema_issues
+from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document
+
+# Keys holding paths relative to the file that writes them (rewritten when they come from an included file).
+_PATH_KEYS: tuple[Path, ...] = (
+    ("haystack", "files"),
+    ("haystack", "stack", "items"),
+    ("haystack", "stack", "questions"),
+)
+
+
+@dataclass
+class LoadedSpec:
+    """A validated, resolved spec."""
+
+    file: str  # the root spec file, as the user named it
+    data: dict[str, Any]  # the resolved spec
+    source: SourceMap  # where each value came from (files and includes)
+    files: list[str] = field(default_factory=list)  # every file read, root first
+
+    @property
+    def base_dir(self) -> str:
+        """The folder that relative paths in the resolved spec start from."""
+        return os.path.dirname(self.file) or "."
+
+
+def load_spec(file: str) -> LoadedSpec:
+    """Load, merge, validate and resolve the spec at ``file``; raises SpecError with every issue found."""
+    files: list[str] = []
+    doc = _load_with_includes(file, chain=(), files=files)
+    data, source = doc.data, doc.source
+    issues = schema_issues(data, source)
+    _merge_model_defaults(data, source)
+    issues += checks.check(data, source, os.path.dirname(file) or ".")
+    if issues:
+        raise SpecError(issues)
+    resolved = fill_defaults(data)
+    return LoadedSpec(file, resolved, source, files)
+
+
+def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str]) -> Document:
+    doc = read_document(file)
+    files.append(file)
+    if not isinstance(doc.data, dict):
+        raise SpecError(
+            [
+                SpecIssue(
+                    doc.source.value(()),
+                    "",
+                    f"a spec is a mapping of keys (nspec: 1, name: ...), not {type(doc.data).__name__}",
+                )
+            ]
+        )
+    include = doc.data.pop("include", None)
+    if include is None:
+        return doc
+    entries: list[tuple[Path, Any]] = (
+        [(("include",), include)]
+        if not isinstance(include, list)
+        else [(("include", i), item) for i, item in enumerate(include)]
+    )
+    merged: Document | None = None
+    issues: list[SpecIssue] = []
+    here = os.path.dirname(file)
+    for path, target in entries:
+        loc = doc.source.value(path)
+        if not isinstance(target, str) or not target:
+            issues.append(SpecIssue(loc, format_path(path), "must be a file path (text)"))
+            continue
+        target_file = os.path.normpath(os.path.join(here, target))
+        if os.path.realpath(target_file) in {os.path.realpath(f) for f in (*chain, file)}:
+            cycle = " → ".join((*chain, file, target_file))
+            issues.append(SpecIssue(loc, format_path(path), f"include cycle: {cycle}"))
+            continue
+        if not os.path.exists(target_file):
+            issues.append(SpecIssue(loc, format_path(path), f"included file not found: {target_file}"))
+            continue
+        try:
+            included = _load_with_includes(target_file, (*chain, file), files)
+        except SpecError as exc:
+            issues += [_via(issue, loc) if issue.location.file != file else issue for issue in exc.issues]
+            continue
+        _rebase_paths(included.data, os.path.dirname(target_file), here)
+        merged = included if merged is None else _merge(merged, included)
+    if issues:
+        raise SpecError(issues)
+    return doc if merged is None else _merge(merged, doc)
+
+
+def _via(issue: SpecIssue, include_at: Location) -> SpecIssue:
+    if "(included from" in issue.message:
+        return issue
+    return SpecIssue(issue.location, issue.path, f"{issue.message} (included from {include_at})")
+
+
+def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
+    """Rewrite the file paths of an included spec so they are relative to the including spec's folder."""
+
+    def rebase(p: Any) -> Any:
+        return os.path.relpath(os.path.join(from_dir, p), to_dir or ".") if isinstance(p, str) else p
+
+    for keys in _PATH_KEYS:
+        parent: Any = data
+        for key in keys[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and keys[-1] in parent:
+            value = parent[keys[-1]]
+            parent[keys[-1]] = [rebase(v) for v in value] if isinstance(value, list) else rebase(value)
+
+
+def _merge(base: Document, top: Document) -> Document:
+    """Deep merge: mappings merge key by key; anything else in ``top`` replaces ``base``."""
+    source = SourceMap()
+    source.update(base.source)
+    source.update(top.source)
+    return Document(top.file, _merge_values(base.data, top.data), source)
+
+
+def _merge_values(base: Any, top: Any) -> Any:
+    if isinstance(base, dict) and isinstance(top, dict):
+        out = dict(base)
+        for key, value in top.items():
+            out[key] = _merge_values(base[key], value) if key in base else value
+        return out
+    return top
+
+
+def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> None:
+    """Merge `defaults:` into every model and judge model (the model's own settings win), then drop it.
+    Judge models given as bare ids become entries, so they take the defaults too."""
+    defaults = data.pop("defaults", None)
+    targets: list[tuple[Path, list[Any]]] = []
+    if isinstance(data.get("models"), list):
+        targets.append((("models",), data["models"]))
+    for i, scorer in enumerate(data.get("scoring") or []):
+        judge = scorer.get("judge") if isinstance(scorer, dict) else None
+        if isinstance(judge, dict) and isinstance(judge.get("models"), list):
+            judge["models"] = [{"id": m} if isinstance(m, str) else m for m in judge["models"]]
+            targets.append((("scoring", i, "judge", "models"), judge["models"]))
+    if not isinstance(defaults, dict):
+        return
+    for list_path, models in targets:
+        for j, model in enumerate(models):
+            if not isinstance(model, dict):
+                continue
+            models[j] = _merge_values(copy.deepcopy(defaults), model)
+            prefix = (*list_path, j)
+            for table in (source.values, source.keys, source.raw):
+                for path, loc in list(table.items()):
+                    if path[:1] == ("defaults",) and len(path) > 1:
+                        target = (*prefix, *path[1:])
+                        table.setdefault(target, loc)  # type: ignore[arg-type]

@@ -1,0 +1,278 @@
+"""Reading one YAML file into plain values plus a map of where each value and key stands.
+
+The file is only *composed* (parsed into nodes), never constructed by ruamel: values are built here from the node
+tree, so a tag such as ``!!python/object/apply`` is refused before anything could run, duplicate keys are reported
+with both lines, and scalars YAML would silently turn into dates keep their source text for the error message.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from nspec.errors import Location, SpecError, SpecIssue
+
+# Specs are small; refusing big files up front keeps a mistaken `nspec validate big.jsonl` instant.
+MAX_SPEC_BYTES = 1 << 20
+# Aliases can expand exponentially ("billion laughs"); no real spec comes near this many values.
+MAX_VALUES = 200_000
+
+Path = tuple[str | int, ...]
+
+_TAG = "tag:yaml.org,2002:"
+_SCALAR_TAGS = {f"{_TAG}{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")}
+
+
+@dataclass(frozen=True)
+class YamlDate:
+    """A plain scalar that YAML reads as a date or time. Kept as its text, and no schema type accepts it."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+@dataclass
+class SourceMap:
+    """Where each value (and each mapping key) of a document stands, by key path."""
+
+    values: dict[Path, Location] = field(default_factory=dict)
+    keys: dict[Path, Location] = field(default_factory=dict)
+    # The source text of scalars that YAML did not read as strings, to quote in type errors.
+    raw: dict[Path, str] = field(default_factory=dict)
+
+    def value(self, path: Path) -> Location:
+        """The location of the value at ``path``, or of its nearest located parent."""
+        while path not in self.values and path:
+            path = path[:-1]
+        return self.values.get(path, Location("?", 1, 1))
+
+    def key(self, path: Path) -> Location:
+        """The location of the key that names ``path`` (falls back to its value)."""
+        return self.keys.get(path) or self.value(path)
+
+    def update(self, other: SourceMap) -> None:
+        self.values.update(other.values)
+        self.keys.update(other.keys)
+        self.raw.update(other.raw)
+
+
+def format_path(path: Path) -> str:
+    """``("models", 0, "id")`` → ``models[0].id``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@dataclass
+class Document:
+    """A YAML file read into plain values, with its source map."""
+
+    file: str
+    data: Any
+    source: SourceMap
+
+
+def read_document(path: str, display: str | None = None) -> Document:
+    """Read and parse the YAML file at ``path``; ``display`` is how messages name it (default: ``path``)."""
+    name = display or path
+    start = Location(name, 1, 1)
+    if os.path.isdir(path):
+        raise SpecError([SpecIssue(start, "", "is a directory, not a spec file")])
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(
+                [SpecIssue(start, "", f"file is {size:,} bytes; a spec may be at most {MAX_SPEC_BYTES:,} bytes")]
+            )
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise SpecError([SpecIssue(start, "", "no such file")]) from None
+    except OSError as exc:
+        raise SpecError([SpecIssue(start, "", f"cannot read: {exc.strerror or exc}")]) from None
+    return parse_document(raw, name)
+
+
+def parse_document(raw: bytes, name: str) -> Document:
+    """Parse YAML bytes into a Document; every problem becomes a located SpecIssue."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        msg = f"not UTF-8: byte 0x{raw[exc.start]:02x} cannot start or continue a character; save the file as UTF-8"
+        raise SpecError([SpecIssue(Location(name, line, column), "", msg)]) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        root = YAML(typ="safe", pure=True).compose(io.StringIO(text))
+    except MarkedYAMLError as exc:
+        raise SpecError([_syntax_issue(exc, name, text)]) from None
+    except YAMLError as exc:
+        raise SpecError([SpecIssue(Location(name, 1, 1), "", f"YAML error: {exc}")]) from None
+    if root is None:
+        raise SpecError([SpecIssue(Location(name, 1, 1), "", "the file is empty; a spec starts with `nspec: 1`")])
+    builder = _Builder(name)
+    data = builder.build(root, ())
+    if builder.issues:
+        raise SpecError(builder.issues)
+    return Document(name, data, builder.source)
+
+
+def _syntax_issue(exc: MarkedYAMLError, name: str, text: str) -> SpecIssue:
+    mark = exc.problem_mark or exc.context_mark
+    problem = (exc.problem or "syntax error").strip()
+    # At the end of the stream, the problem's mark is useless: point at where the construct began instead.
+    at_end = mark is not None and mark.index >= len(text.rstrip())
+    if at_end and exc.context_mark is not None:
+        mark = exc.context_mark
+    context = (exc.context or "").strip()
+    if "quoted scalar" in context and "end of stream" in problem:
+        problem, context = "unclosed quote: the quoted text that starts here never ends", ""
+    elif "another document" in problem:
+        problem, context = "a spec is one YAML document; remove the `---` that starts a second one", ""
+    message = f"YAML syntax: {problem}"
+    if context:
+        message += f" ({context}"
+        if exc.context_mark is not None and mark is not exc.context_mark:
+            message += f" that began at line {exc.context_mark.line + 1}"
+        message += ")"
+    if "'\\t'" in problem:
+        message += "; indent with spaces, not tabs"
+    line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    return SpecIssue(Location(name, line, column), "", message)
+
+
+class _Builder:
+    """Turns a composed node tree into plain values, recording locations and collecting issues."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = SourceMap()
+        self.issues: list[SpecIssue] = []
+        self.count = 0
+        self.active: set[int] = set()
+
+    def loc(self, node: Node) -> Location:
+        return Location(self.name, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def issue(self, node: Node, path: Path, message: str) -> None:
+        self.issues.append(SpecIssue(self.loc(node), format_path(path), message))
+
+    def build(self, node: Node, path: Path) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            if self.count == MAX_VALUES + 1:
+                self.issue(node, path, f"the document expands to more than {MAX_VALUES:,} values (aliases?)")
+            return None
+        self.source.values[path] = self.loc(node)
+        if id(node) in self.active:
+            self.issue(node, path, "an alias refers to a node that contains it (a loop)")
+            return None
+        self.active.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self.mapping(node, path)
+            if isinstance(node, SequenceNode):
+                if node.tag != f"{_TAG}seq":
+                    self.issue(node, path, f"tag {_short_tag(node.tag)} is not allowed; specs use plain YAML only")
+                    return None
+                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            assert isinstance(node, ScalarNode)
+            return self.scalar(node, path)
+        finally:
+            self.active.discard(id(node))
+
+    def mapping(self, node: MappingNode, path: Path) -> dict[str, Any] | None:
+        if node.tag != f"{_TAG}map":
+            self.issue(node, path, f"tag {_short_tag(node.tag)} is not allowed; specs use plain YAML only")
+            return None
+        out: dict[str, Any] = {}
+        seen: dict[str, Location] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == f"{_TAG}merge":
+                self.issue(key_node, path, "merge keys (<<) are not supported; use `include:` or `defaults:`")
+                continue
+            if not isinstance(key_node, ScalarNode) or key_node.tag not in (f"{_TAG}str", f"{_TAG}int"):
+                self.issue(key_node, path, "a key must be a plain name")
+                continue
+            key = str(key_node.value)
+            if key in seen:
+                first = seen[key]
+                self.issue(key_node, (*path, key), f"duplicate key {key!r}; it is already set at line {first.line}")
+                continue
+            seen[key] = self.loc(key_node)
+            self.source.keys[(*path, key)] = seen[key]
+            out[key] = self.build(value_node, (*path, key))
+        return out
+
+    def scalar(self, node: ScalarNode, path: Path) -> Any:
+        tag, text = node.tag, node.value
+        if tag not in _SCALAR_TAGS:
+            self.issue(
+                node,
+                path,
+                f"tag {_short_tag(tag)} is not allowed; specs use plain YAML only, nothing is executed",
+            )
+            return None
+        if tag == f"{_TAG}str":
+            return text
+        self.source.raw[path] = text
+        if tag == f"{_TAG}null":
+            return None
+        if tag == f"{_TAG}bool":
+            return text.lower() == "true"
+        if tag == f"{_TAG}int":
+            return _yaml_int(text)
+        if tag == f"{_TAG}float":
+            return _yaml_float(text)
+        return YamlDate(text)
+
+
+def _short_tag(tag: str | None) -> str:
+    tag = tag or "?"
+    return "!!" + tag[len(_TAG) :] if tag.startswith(_TAG) else tag
+
+
+def _yaml_int(text: str) -> int:
+    t = text.replace("_", "")
+    sign = -1 if t.startswith("-") else 1
+    t = t.lstrip("+-")
+    if t.startswith(("0x", "0X")):
+        return sign * int(t[2:], 16)
+    if t.startswith(("0o", "0O")):
+        return sign * int(t[2:], 8)
+    return sign * int(t, 10)
+
+
+def _yaml_float(text: str) -> float:
+    t = text.replace("_", "").lower()
+    if t.endswith(".nan"):
+        return float("nan")
+    if t.endswith(".inf"):
+        return float("-inf") if t.startswith("-") else float("inf")
+    return float(t)
+
+
+def explain_scalar(value: Any, raw: str | None, for_text: bool = True) -> str | None:
+    """Why an unquoted scalar may not be what the user meant, or None when its type is unsurprising."""
+    if isinstance(value, YamlDate):
+        return (
+            f'YAML reads {value.text} as a date; quote it ("{value.text}") if you meant text'
+            if for_text
+            else f"YAML reads {value.text} as a date"
+        )
+    if raw is None or isinstance(value, str) or not for_text:
+        return None
+    kind = "a boolean" if isinstance(value, bool) else "nothing (null)" if value is None else "a number"
+    shown = "" if value is None or str(value) == raw else f" ({value})"
+    return f'YAML reads {raw} as {kind}{shown}; quote it ("{raw}") if you meant text'

@@ -1,0 +1,1 @@
+"""JSON Schemas shipped with nspec (a package so importlib.resources finds them in editable installs too)."""

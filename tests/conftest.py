@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nspec.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+
+# A minimal valid spec; tests change one thing at a time.
+BASE = """\
+nspec: 1
+name: t
+haystack: {corpus: austen}
+needles:
+  - text: "The number is {n}."
+    question: "What is the number?"
+    answer: "{n}"
+    vars: {n: {digits: 7}}
+grid: {context_lengths: [1000], depths: [50]}
+prompt: {user: "{haystack} {question}"}
+models: [{id: openai/gpt-4.1-mini}]
+"""
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """Run nspec in-process; returns exit code, stdout and stderr."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*args: str, cwd: Path | None = None) -> CliResult:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Write a spec into a temporary folder (the working directory) and return its relative name."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(text: str, name: str = "spec.yaml") -> str:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return os.path.relpath(path, tmp_path)
+
+    return write
