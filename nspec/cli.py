@@ -13,10 +13,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from nspec import __version__
 from nspec.errors import NspecError, SpecError, SpecIssue
+from nspec.provenance import git_state
 from nspec.spec import load_spec, schema_path
 
 app = typer.Typer(
@@ -30,7 +32,8 @@ app = typer.Typer(
 
 
 def _stdout() -> Console:
-    return Console(soft_wrap=True, highlight=False)
+    # Piped output keeps whole lines and wide tables instead of rich's 80-column default.
+    return Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _stderr() -> Console:
@@ -92,6 +95,77 @@ def validate(
             )
     if not valid:
         raise typer.Exit(2)
+
+
+@app.command()
+def plan(
+    spec: Annotated[str, typer.Argument(help="The spec file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
+    from nspec.compiler.run_directory import plan as make_plan
+
+    loaded = load_spec(spec)
+    result = make_plan(loaded.data, loaded.base_dir).as_dict()
+    if as_json:
+        _stdout().print(json.dumps(result, indent=2), markup=False)
+        return
+    table = Table(title=f"{result['name']} (run id {result['run_id']})", title_justify="left")
+    for column in (
+        "model",
+        "mode",
+        "cells",
+        "requests",
+        "input tokens",
+        "output tokens (max)",
+        "tokenizer",
+        "cost live",
+        "cost batch",
+    ):
+        table.add_column(column, justify="left" if column in ("model", "mode", "tokenizer") else "right")
+    for m in result["models"]:
+        tokenizer = m["tokenizer"]["name"] + ("" if m["tokenizer"]["exact"] else " (inexact)")
+        table.add_row(
+            m["label"],
+            m["mode"],
+            f"{m['cells']:,}",
+            f"{m['requests']:,}",
+            f"{m['input_tokens']:,}",
+            f"{m['output_tokens_max']:,}",
+            tokenizer,
+            _usd(m["cost_usd"]["live"]),
+            _usd(m["cost_usd"]["batch"]),
+        )
+    console = _stdout()
+    console.print(table)
+    dropped = sum(m["dropped_cells"] for m in result["models"])
+    if dropped:
+        console.print(f"{dropped} cells dropped: longer than their model's max_context (run.on_too_long: drop)")
+    console.print(
+        f"Prices as of {result['prices']['as_of']}, {result['prices']['currency']}; output cost assumes "
+        "every answer uses its max_tokens.",
+        markup=False,
+    )
+
+
+@app.command(name="compile")
+def compile_command(
+    spec: Annotated[str, typer.Argument(help="The spec file.")],
+    out: Annotated[str, typer.Option("-o", "--out", help="Root folder of run directories.")] = "outputs",
+) -> None:
+    """Write the run directory (outputs/<name>/<run id>) with cells and provider request files; print its path."""
+    from nspec.compiler.run_directory import compile_run
+
+    loaded = load_spec(spec)
+    provenance = {"file": spec, "files": loaded.files, "git": git_state(spec)}
+    result = compile_run(loaded.data, loaded.base_dir, out, provenance)
+    if not result.created:
+        _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
+    _stdout().print(str(result.path), markup=False)
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"
 
 
 @app.command()

@@ -2,7 +2,8 @@
 
     NspecError                 any failure nspec reports; exit code 1 unless a subclass says otherwise
     └── UserError              bad input: arguments, files, settings (exit 2); the message says what to change
-        └── SpecError          a spec that does not load or validate; carries every issue found, each located
+        ├── SpecError          a spec that does not load or validate; carries every issue found, each located
+        └── CompileError       a valid spec that cannot be compiled as written (e.g. a cell longer than its model)
 
 The CLI turns these into exit codes in one place (``nspec.cli.main``). Anything else escaping is a bug: the CLI
 reports it as an internal error (exit 1).
@@ -64,3 +65,7 @@ class SpecError(UserError):
     def __init__(self, issues: list[SpecIssue]) -> None:
         self.issues = sorted(issues, key=lambda i: (i.location, i.path, i.message))
         super().__init__("\n".join(str(i) for i in self.issues))
+
+
+class CompileError(UserError):
+    """A valid spec that cannot be compiled as written; the message names the cell or setting."""

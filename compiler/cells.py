@@ -1,0 +1,354 @@
+"""From a resolved spec to cells: one record and one request line at a time, in a fixed order.
+
+Order: trial, then model, prompt variant, context length, depth (or location, repeat and question for stacks), with
+each model's negative controls after its needle cells of the trial. Memory holds the tokenised haystack of the
+current trial per tokenizer, never the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from nspec.errors import CompileError
+from nspec.spec.templates import render
+
+from . import grid as grid_axes
+from .context import Insert, PromptParts, build_context
+from .draws import Draws
+from .haystack import HaystackSource, TokenizedText, is_clean, trial_documents
+from .needles import CellNeedles, draw_needles, needle_ids
+from .requests import request_line
+from .tokenizers import Tokenizer, tokenizer_for
+
+_HAYSTACK_MARK = "\x00haystack\x00"
+
+
+@dataclass
+class Model:
+    """A model entry of the resolved spec, with what compiling needs of it."""
+
+    label: str
+    model_id: str
+    provider: str
+    name: str
+    mode: str
+    params: dict[str, Any]
+    max_context: int | None
+    tokenizer: Tokenizer
+    prompt_override: dict[str, Any]
+    entry: dict[str, Any] = field(repr=False)
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-")[:40] or "model"
+
+
+@dataclass
+class Cell:
+    record: dict[str, Any]  # the cells.jsonl line
+    request: dict[str, Any]  # the provider batch input line
+    model: Model
+
+
+def models_of(spec: dict[str, Any]) -> list[Model]:
+    out = []
+    for entry in spec["models"]:
+        provider, name = entry["id"].split("/", 1)
+        out.append(
+            Model(
+                label=entry.get("name", entry["id"]),
+                model_id=entry["id"],
+                provider=provider,
+                name=name,
+                mode=entry.get("mode", "auto"),
+                params=dict(entry.get("params", {})),
+                max_context=entry.get("max_context"),
+                tokenizer=tokenizer_for(entry["id"], entry.get("tokenizer")),
+                prompt_override=dict(entry.get("prompt", {})),
+                entry=entry,
+            )
+        )
+    return out
+
+
+def prompt_variants(spec: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    if "prompts" in spec:
+        return [(p["name"], p) for p in spec["prompts"]]
+    return [(None, spec["prompt"])]
+
+
+def cell_id(model: Model, identity: dict[str, Any]) -> str:
+    """Deterministic from the cell's identity; also the custom_id (^[A-Za-z0-9_-]{1,64}$)."""
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"{model.slug}-{digest[:16]}"
+
+
+class CellMaker:
+    """Makes every cell of a resolved spec; holds the tokenised haystacks it needs."""
+
+    def __init__(self, spec: dict[str, Any], source: HaystackSource) -> None:
+        self.spec = spec
+        self.source = source
+        self.seed: int = spec.get("seed", 0)
+        self.models = models_of(spec)
+        self.variants = prompt_variants(spec)
+        self.lengths = grid_axes.context_lengths(spec["grid"]["context_lengths"])
+        self.depths = grid_axes.depths(spec["grid"]["depths"])
+        self.trials: int = spec["grid"].get("trials", 1)
+        negatives = spec["grid"].get("negative_controls", False)
+        self.negatives = int(negatives) if not isinstance(negatives, bool) else (1 if negatives else 0)
+        self.repeats: list[int] = spec["grid"].get("repeats", [1])
+        self.on_too_long: str = spec.get("run", {}).get("on_too_long", "error")
+        self.placement: str = spec.get("placement", "spread")
+        self.is_stack = source.kind == "stack"
+        self.dropped: dict[str, int] = {}
+        self._texts: dict[tuple[str, Any], TokenizedText] = {}
+
+    # -- haystack text -------------------------------------------------------------------------------------------
+
+    def _text(self, tokenizer: Tokenizer, trial: int) -> TokenizedText:
+        shuffled = self.source.vary == "shuffle" and trial > 0
+        key = (tokenizer.encoding_name, trial if shuffled else "all")
+        if key not in self._texts:
+            if shuffled:  # only the current trial's shuffled texts are kept
+                for old in [k for k in self._texts if k[1] != "all"]:
+                    del self._texts[old]
+            self._texts[key] = self._tokenize(tokenizer, trial_documents(self.source, self.seed, trial))
+        return self._texts[key]
+
+    def _tokenize(self, tokenizer: Tokenizer, docs: list[str]) -> TokenizedText:
+        """Join the documents (repeated as often as needed) and tokenise them once."""
+        longest = max(self.lengths)
+        sep = self.source.separator
+        one_pass = sum(len(d.encode()) for d in docs) + len(sep.encode()) * len(docs)
+        offset_room = one_pass if self.source.vary == "offset" and self.trials > 1 else 0
+        want_bytes = offset_room + longest * 6 + 4096
+        while True:
+            parts: list[str] = []
+            starts: list[int] = []
+            size = 0
+            i = 0
+            while size < want_bytes:
+                if parts:
+                    parts.append(sep)
+                    size += len(sep.encode())
+                starts.append(size)
+                doc = docs[i % len(docs)]
+                parts.append(doc)
+                size += len(doc.encode())
+                i += 1
+            text = "".join(parts)
+            tt = TokenizedText(text, tokenizer, starts if self.is_stack else None)
+            if self.is_stack:
+                unclean = [s for s in starts[1:] if not is_clean(tt.data, s)]
+                if unclean:
+                    raise CompileError(
+                        "stack items must start with a letter or digit and the separator must end with a newline, "
+                        f"so the stack can be cut between items exactly (item at byte {unclean[0]})"
+                    )
+            if tt.n_tokens - tt.token_at_byte(offset_room) >= longest + 64:
+                tt.pass_tokens = tt.token_at_byte(min(one_pass, len(tt.data)))
+                return tt
+            want_bytes *= 2
+
+    def _start(self, tt: TokenizedText, trial: int) -> int:
+        if self.source.vary != "offset" or trial == 0:
+            return 0
+        wanted = Draws(self.seed, "haystack-offset", trial).below(max(1, tt.pass_tokens))
+        return tt.last("boundary", wanted, 0)
+
+    # -- cells ---------------------------------------------------------------------------------------------------
+
+    def cells(self) -> Iterator[Cell]:
+        for trial in range(self.trials):
+            for model in self.models:
+                yield from self._model_trial(model, trial)
+
+    def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
+        tt = self._text(model.tokenizer, trial)
+        start = self._start(tt, trial)
+        for variant, prompt in self.variants:
+            prompt = {**prompt, **model.prompt_override}
+            for length in self.lengths:
+                if model.max_context is not None and length > model.max_context:
+                    if self.on_too_long == "error":
+                        raise CompileError(
+                            f"cell {model.label} at context length {length} exceeds the model's max_context "
+                            f"({model.max_context}); shorten grid.context_lengths or set run.on_too_long: drop"
+                        )
+                    self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
+                    continue
+                yield from self._needle_cells(model, tt, start, variant, prompt, length, trial)
+                for k in range(self.negatives):
+                    yield self._negative_cell(model, tt, start, variant, prompt, length, trial, k)
+
+    def _needle_cells(
+        self,
+        model: Model,
+        tt: TokenizedText,
+        start: int,
+        variant: str | None,
+        prompt: dict[str, Any],
+        length: int,
+        trial: int,
+    ) -> Iterator[Cell]:
+        if self.is_stack:
+            questions = self.source.questions
+            per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
+            if per_trial is not None and per_trial < len(questions):
+                questions = Draws(self.seed, "questions", trial).sample(questions, per_trial)
+            for depth in self.depths:
+                for repeat in self.repeats:
+                    for q in questions:
+                        identity = {
+                            "variant": variant,
+                            "length": length,
+                            "depth": depth,
+                            "trial": trial,
+                            "repeat": repeat,
+                            "item": q.item,
+                        }
+                        inserts = [Insert(self.source.items[q.item], depth, repeat)]
+                        needles = [{"id": q.item, "index": 0, "role": "target", "depth_requested": depth}]
+                        yield self._cell(
+                            model,
+                            tt,
+                            start,
+                            variant,
+                            prompt,
+                            length,
+                            identity,
+                            q.question,
+                            inserts,
+                            needles,
+                            [q.answer],
+                            list(q.alternates),
+                        )
+            return
+        ids = needle_ids(self.spec["needles"])
+        for depth in self.depths:
+            drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", length, depth, trial))
+            depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", length, depth, trial))
+            inserts = [Insert(n.text, d) for n, d in zip(drawn.instances, depths, strict=True)]
+            needles = [
+                {"id": n.needle_id, "index": n.index, "role": n.role, "depth_requested": d}
+                for n, d in zip(drawn.instances, depths, strict=True)
+            ]
+            identity: dict[str, Any] = {
+                "variant": variant,
+                "length": length,
+                "depth": depth,
+                "trial": trial,
+                "needles": ids,
+            }
+            yield self._cell(
+                model,
+                tt,
+                start,
+                variant,
+                prompt,
+                length,
+                identity,
+                drawn.question,
+                inserts,
+                needles,
+                drawn.expected,
+                drawn.alternates,
+            )
+
+    def _needle_depths(self, drawn: CellNeedles, depth: float, draws: Draws) -> list[float]:
+        """Requested depth of every instance: the first at the cell's depth, the rest per `placement`."""
+        n = len(drawn.instances)
+        if self.placement == "together":
+            return [depth] * n
+        if self.placement == "random":
+            return [depth] + [round(100 * draws.uniform(), 2) for _ in range(n - 1)]
+        return [round(depth + i * (100 - depth) / n, 2) for i in range(n)]
+
+    def _negative_cell(
+        self,
+        model: Model,
+        tt: TokenizedText,
+        start: int,
+        variant: str | None,
+        prompt: dict[str, Any],
+        length: int,
+        trial: int,
+        k: int,
+    ) -> Cell:
+        draws = Draws(self.seed, "negative", length, trial, k)
+        if self.is_stack:
+            question = draws.choice(self.source.questions).question
+        else:
+            question = draw_needles(self.spec["needles"], draws).question
+        identity = {"variant": variant, "length": length, "trial": trial, "negative": k}
+        return self._cell(model, tt, start, variant, prompt, length, identity, question, [], [], [], [])
+
+    def _cell(
+        self,
+        model: Model,
+        tt: TokenizedText,
+        start: int,
+        variant: str | None,
+        prompt: dict[str, Any],
+        length: int,
+        identity: dict[str, Any],
+        question: str,
+        inserts: list[Insert],
+        needles: list[dict[str, Any]],
+        expected: list[str],
+        alternates: list[str],
+    ) -> Cell:
+        values = {"question": question}
+        user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})
+        prefix, suffix = user.split(_HAYSTACK_MARK)
+        reserve = prompt.get("reserve_tokens", 300)
+        parts = PromptParts(
+            system=render(prompt["system"], values) if "system" in prompt else None,
+            prefix=prefix,
+            suffix=suffix,
+            prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
+            reserve=reserve,
+        )
+        cid = cell_id(model, {"model": model.label, **identity})
+        try:
+            built = build_context(
+                tt, model.tokenizer, start, parts, inserts, length, self.source.separator if self.is_stack else None
+            )
+        except CompileError as exc:
+            raise CompileError(f"cell {cid} ({model.label}, length {length}): {exc}") from None
+        for needle, actual in zip(needles, built.depths, strict=True):
+            needle["depth_actual"] = actual
+        max_tokens = model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve))
+        record = {
+            "cell_id": cid,
+            "model": model.label,
+            "model_id": model.model_id,
+            "prompt": variant,
+            "context_length": {
+                "target": length,
+                "actual": built.tokens + reserve,
+                "prompt": built.tokens,
+                "haystack": built.haystack_tokens,
+            },
+            "tokens_exact": model.tokenizer.exact,
+            "depth": {"requested": identity.get("depth"), "actual": needles[0]["depth_actual"] if needles else None},
+            "trial": identity["trial"],
+            "repeat": identity.get("repeat"),
+            "item": identity.get("item"),
+            "needles": needles,
+            "question": question,
+            "expected": expected,
+            "alternates": alternates,
+            "negative": "negative" in identity,
+            "max_tokens": max_tokens,
+        }
+        request = request_line(
+            model.provider, model.name, cid, parts.system, built.user, parts.prefill, model.params, reserve
+        )
+        return Cell(record, request, model)

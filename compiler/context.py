@@ -1,0 +1,229 @@
+"""Building one cell's request text: cut the haystack to length, place the needles, count every token exactly.
+
+The user message is a sequence of pieces — template text, haystack token ranges, inserted needles — whose tokens
+are counted without re-tokenising the haystack: a haystack range between clean cut points has exactly as many tokens
+as its slice of the token array, and where two pieces meet, the difference the join makes is measured on a few
+bytes either side (from the nearest clean point inward), which is exact because clean points split the same way in
+any text.
+
+Counts follow OpenAI's published formula for chat requests: every message costs 3 tokens plus its role and content,
+and the reply is primed with 3 more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from nspec.errors import CompileError
+
+from .haystack import TokenizedText
+from .tokenizers import Tokenizer
+
+MESSAGE_TOKENS = 4  # 3 per message + 1 for its role (system, user and assistant are one token each)
+REPLY_PRIMING_TOKENS = 3
+# How far short of its target a text-haystack cell may fall: the cut goes back to the last clean point, usually a
+# word boundary a token or two away; layout such as blank lines before a chapter heading can stretch it to ~10.
+# (Stack cells are cut between items, so they may fall short by up to one item and its separator.)
+TEXT_TOLERANCE = 16
+_CLEAN_IN_TEXT = re.compile(rb"(?<=[\x21-\x7e]) |(?<=\n)[A-Za-z0-9]")
+_WHITESPACE = b" \t\r\n"
+
+
+class FitError(CompileError):
+    """A cell cannot be built as asked (e.g. the prompt alone is longer than the context length)."""
+
+
+@dataclass(frozen=True)
+class PromptParts:
+    """A cell's prompt around the haystack, placeholders other than {haystack} already filled in."""
+
+    system: str | None
+    prefix: str  # user template before {haystack}
+    suffix: str  # user template after {haystack}
+    prefill: str | None
+    reserve: int
+
+
+@dataclass(frozen=True)
+class Insert:
+    """Something to place in the haystack: a needle sentence, or a stack item (``repeat`` times in a row)."""
+
+    text: str
+    depth: float
+    repeat: int = 1
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    user: str
+    tokens: int  # the whole request, in the model's tokens
+    haystack_tokens: int  # haystack and needles, without the templates
+    depths: tuple[float, ...]  # actual depth of each insert, in percent
+
+
+def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
+    """Tokens of everything but the user message's haystack part (in the tokenizer's own units)."""
+    total = REPLY_PRIMING_TOKENS + MESSAGE_TOKENS  # the user message
+    for text in (parts.system, parts.prefill):
+        if text is not None:
+            total += MESSAGE_TOKENS + len(tokenizer.encode(text))
+    return total
+
+
+def build_context(
+    tt: TokenizedText,
+    tokenizer: Tokenizer,
+    start: int,
+    parts: PromptParts,
+    inserts: list[Insert],
+    target: int,
+    stack_separator: str | None = None,
+) -> BuiltContext:
+    """Fit haystack tokens from ``start`` plus ``inserts`` so the whole request plus ``parts.reserve`` is at most
+    ``target`` tokens, as close to it as clean cut points allow."""
+    goal = target - parts.reserve
+    fixed = fixed_tokens(tokenizer, parts)
+    mode = "boundary" if stack_separator is not None else "clean"
+    texts = [_insert_text(i, stack_separator) for i in inserts]
+    sizes = [len(tokenizer.encode(t)) for t in texts]
+    guess = sum(sizes) + 2 * len(sizes)
+    room = _unscale(tokenizer, goal) - fixed - guess - len(tokenizer.encode(parts.prefix + parts.suffix))
+    if room < 0:
+        raise FitError(f"the prompt and needles alone need more than {target} tokens")
+    if start + room > tt.n_tokens:
+        raise FitError(f"the haystack has {tt.n_tokens - start} tokens from its start; {room} are needed")
+    end = tt.last(mode, start + room, start)
+    best: BuiltContext | None = None
+    for _ in range(24):
+        pieces, depths = _assemble(tt, start, end, inserts, texts, sizes, stack_separator)
+        user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
+        total = tokenizer.scale(fixed + user_tokens)
+        if total <= goal:
+            user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
+            hay = user_tokens - len(tokenizer.encode(parts.prefix)) - len(tokenizer.encode(parts.suffix))
+            best = BuiltContext(user, total, hay, depths)
+            grown = tt.last(mode, min(tt.n_tokens, end + _unscale(tokenizer, goal - total)), end)
+            if grown <= end:
+                return best
+            end = grown  # room is left: try the next cut point further on
+        elif best is not None:
+            return best  # growing went one cut too far
+        elif end <= start:
+            break
+        else:
+            end = tt.last(mode, max(start, end - _unscale(tokenizer, total - goal) - 1), start)
+    if best is not None:
+        return best
+    raise FitError(f"cannot fit the request into {target} tokens")
+
+
+def _unscale(tokenizer: Tokenizer, tokens: int) -> int:
+    """The most of the tokenizer's own tokens that make at most ``tokens`` model tokens."""
+    low, high = 0, max(1, tokens) * 16
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if tokenizer.scale(mid) <= tokens else (low, mid - 1)
+    return low
+
+
+def _insert_text(insert: Insert, stack_separator: str | None) -> str:
+    if stack_separator is None:
+        return insert.text
+    return (insert.text + stack_separator) * insert.repeat
+
+
+def _assemble(
+    tt: TokenizedText,
+    start: int,
+    end: int,
+    inserts: list[Insert],
+    texts: list[str],
+    sizes: list[int],
+    stack_separator: str | None,
+) -> tuple[list[str | tuple[int, int]], tuple[float, ...]]:
+    """The pieces of the haystack part (text, or (a, b) token ranges) and each insert's actual depth."""
+    span = end - start
+    positions: list[int] = []
+    for insert in inserts:
+        if insert.depth >= 100:
+            positions.append(end)
+        elif insert.depth <= 0:
+            positions.append(start)
+        else:
+            wanted = start + round(span * insert.depth / 100)
+            positions.append(tt.last("boundary", wanted, start))
+    order = sorted(range(len(inserts)), key=lambda i: (positions[i], i))
+    pieces: list[str | tuple[int, int]] = []
+    cursor = start
+    starts_at: dict[int, int] = {}  # insert index → context tokens before it
+    placed_before = 0
+    for group_start in sorted(set(positions)):
+        members = [i for i in order if positions[i] == group_start]
+        if group_start > cursor:
+            pieces.append((cursor, group_start))
+        cursor = group_start
+        joined = _join_group(tt, group_start, start, end, [texts[i] for i in members], stack_separator)
+        pieces.append(joined)
+        for i in members:
+            starts_at[i] = (group_start - start) + placed_before
+            placed_before += sizes[i]
+    if end > cursor:
+        pieces.append((cursor, end))
+    total = span + placed_before
+    depths = []
+    for i in range(len(inserts)):
+        rest = max(1, total - sizes[i])
+        depths.append(round(100 * min(starts_at[i], rest) / rest, 2))
+    return pieces, tuple(depths)
+
+
+def _join_group(
+    tt: TokenizedText, pos: int, start: int, end: int, texts: list[str], stack_separator: str | None
+) -> str:
+    """Needles placed at one point, with the spaces that keep them separate sentences."""
+    if stack_separator is not None:
+        return "".join(texts)
+    body = " ".join(texts)
+    data, byte = tt.data, tt.starts[pos]
+    before = " " if pos > start and data[byte - 1] not in _WHITESPACE else ""
+    after = " " if pos < end and data[byte] not in _WHITESPACE else ""
+    return before + body + after
+
+
+def _count_pieces(tt: TokenizedText, tokenizer: Tokenizer, pieces: list[str | tuple[int, int]]) -> int:
+    """Exact tokens of the concatenated pieces (own units)."""
+    present = [p for p in pieces if (p if isinstance(p, str) else p[1] > p[0])]
+    total = 0
+    for piece in present:
+        total += len(tokenizer.encode(piece)) if isinstance(piece, str) else piece[1] - piece[0]
+    for left, right in itertools.pairwise(present):
+        tail, head = _tail(tt, left), _head(tt, right)
+        joined = len(tokenizer.encode(tail + head))
+        total += joined - len(tokenizer.encode(tail)) - len(tokenizer.encode(head))
+    return total
+
+
+def _tail(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
+    """The end of a piece from its last clean point inward (the part a join can change)."""
+    if isinstance(piece, str):
+        data = piece.encode()
+        cuts = [m.start() for m in _CLEAN_IN_TEXT.finditer(data, max(0, len(data) - 256))]
+        cut = next((c for c in reversed(cuts) if 0 < c < len(data)), 0)
+        return data[cut:].decode()
+    a, b = piece
+    return tt.text(tt.last("clean", b - 1, a), b)
+
+
+def _head(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
+    """The start of a piece up to its first clean point."""
+    if isinstance(piece, str):
+        data = piece.encode()
+        m = next((m for m in _CLEAN_IN_TEXT.finditer(data, 1, min(len(data), 256)) if m.start() > 0), None)
+        return (data[: m.start()] if m else data).decode()
+    a, b = piece
+    k = a + 1
+    while k < b and not tt.clean(k):
+        k += 1
+    return tt.text(a, k)

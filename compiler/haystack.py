@@ -1,0 +1,228 @@
+"""Haystacks: reading the spec's source (the I/O edge of the compiler), varying it per trial, and tokenising it once
+per tokenizer into a form cells are cut from without re-tokenising.
+
+Cut points must be *clean*: positions where every encoding nspec uses starts a new pre-tokenizer piece whatever
+surrounds them, so the tokens of a text cut there are the tokens of its parts. Two byte patterns are clean in both
+o200k_base and cl100k_base: a space after a printable ASCII character (`word| next`) and an ASCII letter or digit
+after a newline (`\n|Next`). No piece of either pattern can span them.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import itertools
+import json
+import os
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from nspec.errors import Location, SpecError, SpecIssue
+
+from .draws import Draws
+from .tokenizers import Tokenizer
+
+# RULER's noise haystack.
+RULER_NOISE = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.")
+_SENTENCE_END = b".!?"
+_CLOSERS = b"\"')]"
+_ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+@dataclass(frozen=True)
+class StackQuestion:
+    item: str
+    question: str
+    answer: str
+    alternates: tuple[str, ...]
+
+
+@dataclass
+class HaystackSource:
+    """The documents of a haystack (for a stack: the filler items) and what varies them."""
+
+    kind: str
+    documents: list[str]
+    separator: str
+    vary: str
+    digest: str  # SHA-256 over every source byte, for the compile hash
+    items: dict[str, str] = field(default_factory=dict)  # stack: id → text of every item
+    questions: list[StackQuestion] = field(default_factory=list)
+
+
+def default_separator(kind: str) -> str:
+    return " " if kind == "noise" else "\n\n"
+
+
+def load_haystack(spec: dict[str, Any], base_dir: str) -> HaystackSource:
+    """Read the haystack a resolved spec names. Paths are relative to ``base_dir``."""
+    kind = next(k for k in ("corpus", "files", "noise", "stack") if k in spec)
+    separator = spec.get("separator", default_separator(kind))
+    vary = spec.get("vary", "offset")
+    digest = hashlib.sha256()
+    if kind == "corpus":
+        folder = resources.files("nspec.compiler.corpora").joinpath(spec["corpus"])
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz"))
+        docs = []
+        for name in names:
+            data = gzip.decompress(folder.joinpath(name).read_bytes())
+            _hash_part(digest, name, data)
+            docs.append(data.decode("utf-8"))
+        return HaystackSource(kind, docs, separator, vary, digest.hexdigest())
+    if kind == "files":
+        patterns = [spec["files"]] if isinstance(spec["files"], str) else spec["files"]
+        paths = sorted({p for pat in patterns for p in glob.glob(os.path.join(base_dir, pat), recursive=True)})
+        docs = []
+        for path in paths:
+            if not os.path.isfile(path):
+                continue
+            data = _read(path)
+            _hash_part(digest, os.path.relpath(path, base_dir), data)
+            try:
+                docs.append(data.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise SpecError([SpecIssue(Location(path, 1, 1), "haystack.files", f"not UTF-8: {exc}")]) from None
+        return HaystackSource(kind, docs, separator, vary, digest.hexdigest())
+    if kind == "noise":
+        sentences = RULER_NOISE if spec["noise"] is True else tuple(spec["noise"]["sentences"])
+        text = " ".join(sentences)
+        _hash_part(digest, "noise", text.encode())
+        return HaystackSource(kind, [text], separator, vary, digest.hexdigest())
+    return _load_stack(spec["stack"], separator, vary, base_dir, digest)
+
+
+def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str, digest: Any) -> HaystackSource:
+    id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
+    items: dict[str, str] = {}
+    items_path = os.path.join(base_dir, stack["items"])
+    for line_no, obj in _jsonl(items_path, digest):
+        item_id, text = obj.get(id_field), obj.get(text_field)
+        if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
+            raise _line_error(items_path, line_no, f"needs `{id_field}` and a non-empty `{text_field}`")
+        if str(item_id) in items:
+            raise _line_error(items_path, line_no, f"item id {item_id!r} appears twice")
+        items[str(item_id)] = text.strip()
+    questions: list[StackQuestion] = []
+    questions_path = os.path.join(base_dir, stack["questions"])
+    for line_no, obj in _jsonl(questions_path, digest):
+        item, question, answer = obj.get("item"), obj.get("question"), obj.get("answer")
+        if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
+            raise _line_error(questions_path, line_no, "needs `item`, `question` and `answer`")
+        if str(item) not in items:
+            raise _line_error(questions_path, line_no, f"item {item!r} is not in {stack['items']}")
+        alternates = obj.get("alternates", [])
+        if not isinstance(alternates, list) or not all(isinstance(a, str) for a in alternates):
+            raise _line_error(questions_path, line_no, "`alternates` must be a list of strings")
+        questions.append(StackQuestion(str(item), question, str(answer), tuple(alternates)))
+    if not questions:
+        raise _line_error(questions_path, 1, "has no questions")
+    asked = {q.item for q in questions}
+    filler = [text for item_id, text in items.items() if item_id not in asked]
+    if not filler:
+        raise _line_error(items_path, 1, "has no items left to fill the stack once the question items are excluded")
+    return HaystackSource("stack", filler, separator, vary, digest.hexdigest(), items, questions)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _hash_part(digest: Any, name: str, data: bytes) -> None:
+    digest.update(f"{name}\0{len(data)}\0".encode())
+    digest.update(data)
+
+
+def _jsonl(path: str, digest: Any) -> list[tuple[int, dict[str, Any]]]:
+    data = _read(path)
+    _hash_part(digest, os.path.basename(path), data)
+    out = []
+    for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _line_error(path, line_no, f"not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise _line_error(path, line_no, "each line must be a JSON object")
+        out.append((line_no, obj))
+    return out
+
+
+def _line_error(path: str, line: int, message: str) -> SpecError:
+    return SpecError([SpecIssue(Location(path, line, 1), "", message)])
+
+
+def trial_documents(source: HaystackSource, seed: int, trial: int) -> list[str]:
+    """The documents of a trial in order: shuffled with the seed for later trials under `vary: shuffle`."""
+    if source.vary == "shuffle" and trial > 0:
+        return Draws(seed, "haystack-shuffle", trial).shuffled(source.documents)
+    return source.documents
+
+
+class TokenizedText:
+    """A haystack text tokenised once: byte offsets of every token, and searches for cut points."""
+
+    def __init__(self, text: str, tokenizer: Tokenizer, item_starts: list[int] | None = None) -> None:
+        self.data = text.encode("utf-8")
+        tokens = tokenizer.encode(text)
+        # C-level iteration: no Python bytecode per token.
+        self.starts = array("q", itertools.accumulate(map(tokenizer.byte_lengths.__getitem__, tokens), initial=0))
+        self.item_starts = item_starts  # stacks: byte offsets where items begin
+        self.pass_tokens = self.n_tokens  # tokens of one pass over the documents (the text may repeat them)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.starts) - 1
+
+    def clean(self, k: int) -> bool:
+        """Whether token ``k`` starts at a clean cut point (see the module doc); the text's ends are clean."""
+        if k <= 0 or k >= self.n_tokens:
+            return True
+        pos = self.starts[k]
+        return is_clean(self.data, pos)
+
+    def boundary(self, k: int) -> bool:
+        """Whether a needle may go before token ``k``: a clean point after a sentence or paragraph end, or, in a
+        stack, at the start of an item."""
+        if not self.clean(k):
+            return False
+        pos = self.starts[k]
+        if self.item_starts is not None:
+            i = bisect_left(self.item_starts, pos)
+            return i < len(self.item_starts) and self.item_starts[i] == pos
+        data = self.data
+        if data[pos] == 0x20:  # ". Next" — the cut is after the sentence's last mark
+            j = pos - 1
+            while j > 0 and data[j] in _CLOSERS:
+                j -= 1
+            return data[j] in _SENTENCE_END
+        return pos >= 2 and data[pos - 1] == 0x0A and data[pos - 2] == 0x0A  # a paragraph starts here
+
+    def last(self, test: str, k: int, low: int) -> int:
+        """The largest token index in [low, k] passing ``test`` ("clean" or "boundary"); ``low`` if none."""
+        check = self.clean if test == "clean" else self.boundary
+        while k > low:
+            if check(k):
+                return k
+            k -= 1
+        return low
+
+    def token_at_byte(self, pos: int) -> int:
+        return bisect_right(self.starts, pos) - 1
+
+    def text(self, a: int, b: int) -> str:
+        return self.data[self.starts[a] : self.starts[b]].decode("utf-8")
+
+
+def is_clean(data: bytes, pos: int) -> bool:
+    """Whether byte position ``pos`` of ``data`` is a clean cut point (both neighbours are needed)."""
+    if pos <= 0 or pos >= len(data):
+        return True
+    prev, here = data[pos - 1], data[pos]
+    return (here == 0x20 and 0x21 <= prev <= 0x7E) or (prev == 0x0A and here in _ALNUM)

