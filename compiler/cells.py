@@ -183,11 +183,12 @@ class CellMaker:
                         )
                     self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
                     continue
-                yield from self._needle_cells(model, tt, start, variant, prompt, length, trial)
+                make = self._stack_cells if self.is_stack else self._text_cells
+                yield from make(model, tt, start, variant, prompt, length, trial)
                 for k in range(self.negatives):
                     yield self._negative_cell(model, tt, start, variant, prompt, length, trial, k)
 
-    def _needle_cells(
+    def _stack_cells(
         self,
         model: Model,
         tt: TokenizedText,
@@ -197,39 +198,48 @@ class CellMaker:
         length: int,
         trial: int,
     ) -> Iterator[Cell]:
-        if self.is_stack:
-            questions = self.source.questions
-            per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
-            if per_trial is not None and per_trial < len(questions):
-                questions = Draws(self.seed, "questions", trial).sample(questions, per_trial)
-            for depth in self.depths:
-                for repeat in self.repeats:
-                    for q in questions:
-                        identity = {
-                            "variant": variant,
-                            "length": length,
-                            "depth": depth,
-                            "trial": trial,
-                            "repeat": repeat,
-                            "item": q.item,
-                        }
-                        inserts = [Insert(self.source.items[q.item], depth, repeat)]
-                        needles = [{"id": q.item, "index": 0, "role": "target", "depth_requested": depth}]
-                        yield self._cell(
-                            model,
-                            tt,
-                            start,
-                            variant,
-                            prompt,
-                            length,
-                            identity,
-                            q.question,
-                            inserts,
-                            needles,
-                            [q.answer],
-                            list(q.alternates),
-                        )
-            return
+        questions = self.source.questions
+        per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
+        if per_trial is not None and per_trial < len(questions):
+            questions = Draws(self.seed, "questions", trial).sample(questions, per_trial)
+        for depth in self.depths:
+            for repeat in self.repeats:
+                for q in questions:
+                    identity = {
+                        "variant": variant,
+                        "length": length,
+                        "depth": depth,
+                        "trial": trial,
+                        "repeat": repeat,
+                        "item": q.item,
+                    }
+                    inserts = [Insert(self.source.items[q.item], depth, repeat)]
+                    needles = [{"id": q.item, "index": 0, "role": "target", "depth_requested": depth}]
+                    yield self._cell(
+                        model,
+                        tt,
+                        start,
+                        variant,
+                        prompt,
+                        length,
+                        identity,
+                        q.question,
+                        inserts,
+                        needles,
+                        [q.answer],
+                        list(q.alternates),
+                    )
+
+    def _text_cells(
+        self,
+        model: Model,
+        tt: TokenizedText,
+        start: int,
+        variant: str | None,
+        prompt: dict[str, Any],
+        length: int,
+        trial: int,
+    ) -> Iterator[Cell]:
         ids = needle_ids(self.spec["needles"])
         for depth in self.depths:
             drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", length, depth, trial))

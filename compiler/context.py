@@ -145,16 +145,20 @@ def _assemble(
 ) -> tuple[list[str | tuple[int, int]], tuple[float, ...]]:
     """The pieces of the haystack part (text, or (a, b) token ranges) and each insert's actual depth."""
     span = end - start
-    positions: list[int] = []
-    for insert in inserts:
-        if insert.depth >= 100:
-            positions.append(end)
-        elif insert.depth <= 0:
-            positions.append(start)
-        else:
-            wanted = start + round(span * insert.depth / 100)
-            positions.append(tt.last("boundary", wanted, start))
-    order = sorted(range(len(inserts)), key=lambda i: (positions[i], i))
+    # Depths refer to the final context, other needles included: place in order of depth, each aimed at its share
+    # of (haystack + every needle but itself), less the needle tokens already placed before it.
+    positions = [start] * len(inserts)
+    placed, floor = 0, start
+    for i in sorted(range(len(inserts)), key=lambda i: (inserts[i].depth, i)):
+        depth = inserts[i].depth
+        if depth >= 100:
+            positions[i] = end
+        elif depth > 0:
+            wanted = start + round((span + sum(sizes) - sizes[i]) * depth / 100) - placed
+            positions[i] = tt.last("boundary", min(end, max(floor, wanted)), floor)
+        positions[i] = max(positions[i], floor)
+        floor, placed = positions[i], placed + sizes[i]
+    order = sorted(range(len(inserts)), key=lambda i: (positions[i], inserts[i].depth, i))
     pieces: list[str | tuple[int, int]] = []
     cursor = start
     starts_at: dict[int, int] = {}  # insert index → context tokens before it

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from anthropic.types.messages.batch_create_params import MessageCreateParamsNonStreaming
 from anthropic.types.messages.batch_create_params import Request as AnthropicBatchRequest
-from nspec.compiler.context import TEXT_TOLERANCE
-from nspec.compiler.run_directory import compile_run, plan
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from pydantic import TypeAdapter
 
+from nspec.compiler.context import TEXT_TOLERANCE
+from nspec.compiler.run_directory import compile_run, plan
 from nspec.errors import CompileError
 from nspec.spec import load_spec
 from tests.conftest import SPECS

@@ -5,6 +5,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from nspec.compiler.context import TEXT_TOLERANCE, FitError, Insert, PromptParts, build_context, fixed_tokens
 from nspec.compiler.haystack import TokenizedText, load_haystack
 from nspec.compiler.tokenizers import ProxyTokenizer, encoding

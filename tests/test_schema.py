@@ -3,8 +3,8 @@
 import re
 
 from jsonschema import Draft202012Validator
-from nspec.compiler import lists
 
+from nspec.compiler import lists
 from nspec.spec.schema import _deref, spec_schema
 from tests.conftest import ROOT
 

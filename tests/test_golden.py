@@ -1,0 +1,45 @@
+"""Golden files: small specs of each haystack kind compile to exactly these bytes.
+
+After an intended change of the output, regenerate them with NSPEC_UPDATE_GOLDEN=1 and review the diff.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nspec.compiler.run_directory import compile_run
+from nspec.spec import load_spec
+
+GOLDEN = Path(__file__).parent / "golden"
+SPECS = sorted((GOLDEN / "specs").glob("*.yaml"))
+
+
+def run_files(run: Path) -> dict[str, bytes]:
+    files = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    manifest = json.loads(files["manifest.json"])
+    del manifest["spec"]  # where the spec was compiled from, not what it compiled to
+    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    return files
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_golden(spec, tmp_path, monkeypatch):
+    monkeypatch.chdir(spec.parent)
+    loaded = load_spec(spec.name)
+    run = compile_run(loaded.data, loaded.base_dir, tmp_path, {"file": spec.name}).path
+    got = run_files(run)
+    expected_dir = GOLDEN / spec.stem
+    if os.environ.get("NSPEC_UPDATE_GOLDEN"):
+        shutil.rmtree(expected_dir, ignore_errors=True)
+        for name, data in got.items():
+            (expected_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (expected_dir / name).write_bytes(data)
+    expected = {
+        str(p.relative_to(expected_dir)): p.read_bytes() for p in sorted(expected_dir.rglob("*")) if p.is_file()
+    }
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert got[name] == expected[name], f"{spec.stem}/{name} differs from the golden file"
