@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nspec import __version__
-from nspec.errors import NspecError, SpecError, SpecIssue
+from nspec.errors import NspecError, SpecError, SpecIssue, UserError
 from nspec.provenance import git_state
 from nspec.spec import load_spec, schema_path
 
@@ -166,6 +166,37 @@ def compile_command(
 
 def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}"
+
+
+@app.command()
+def emulator(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: one the OS picks).")] = 8765,
+    responder: Annotated[str, typer.Option(help="What the models answer: oracle | echo.")] = "",
+    config: Annotated[str | None, typer.Option(help="Config file (YAML or JSON): timing, limits, faults.")] = None,
+    state: Annotated[str | None, typer.Option(help="Folder that keeps batches and files across restarts.")] = None,
+    realistic: Annotated[bool, typer.Option(help="Batch durations like a busy real service.")] = False,
+) -> None:
+    """A local OpenAI- and Anthropic-compatible API (batch and live) for rehearsals and tests."""
+    from nspec.runners.emulator import Emulator, load_config
+
+    settings = load_config(config, realistic)
+    if responder:
+        settings.responder.kind = responder
+    try:
+        server = Emulator(settings, host, port, state)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    out = _stdout()
+    out.print(f"OpenAI base URL:    {server.openai_base_url}", markup=False)
+    out.print(f"Anthropic base URL: {server.anthropic_base_url}", markup=False)
+    out.print(
+        "Any non-empty API key is accepted"
+        + (" (set api_key in the config to require one)" if settings.api_key is None else "")
+        + ". Ctrl-C stops.",
+        markup=False,
+    )
+    server.serve_forever()
 
 
 @app.command()

@@ -1,0 +1,120 @@
+"""Emulator settings: timing of batch lifecycles, provider limits, live rate limits, the responder, and faults.
+
+A config file (YAML or JSON) has the same sections as `EmulatorConfig`; unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from nspec.errors import UserError
+
+
+@dataclass
+class Timing:
+    """Batch lifecycle durations in seconds. The defaults finish a batch of thousands within seconds."""
+
+    validate_seconds: float = 0.2
+    seconds_per_request: float = 0.0002
+    finalize_seconds: float = 0.2
+    cancel_seconds: float = 0.2
+    completion_window_seconds: float = 24 * 3600
+
+    @classmethod
+    def realistic(cls) -> Timing:
+        """Durations like a busy real service: minutes to validate and finalize, seconds per request."""
+        return cls(validate_seconds=120, seconds_per_request=1.5, finalize_seconds=180, cancel_seconds=60)
+
+
+@dataclass
+class Limits:
+    openai_max_lines: int = 50_000
+    openai_max_bytes: int = 200 * 1000 * 1000
+    anthropic_max_requests: int = 100_000
+    anthropic_max_bytes: int = 256 * 1000 * 1000
+
+
+@dataclass
+class RateLimits:
+    """Live-call limits per provider; None is unlimited (the headers then report a large limit)."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+
+@dataclass
+class Degrade:
+    """Make the oracle miss needles, so reports have something to show."""
+
+    miss_beyond_depth: float | None = None  # percent: needles deeper than this are missed
+    miss_beyond_tokens: int | None = None  # contexts longer than this (o200k tokens) miss every needle
+    miss_rate: float = 0.0  # share of requests that miss, drawn with the seed per request
+
+
+@dataclass
+class Responder:
+    kind: str = "oracle"  # oracle | echo
+    not_found: str = "UNANSWERABLE: the context does not contain the answer."
+    degrade: Degrade = field(default_factory=Degrade)
+
+
+@dataclass
+class Faults:
+    """Rates (0..1) of things going wrong, drawn with the seed."""
+
+    server_error_rate: float = 0.0  # live calls answered 500
+    overloaded_rate: float = 0.0  # live calls answered 529 (Anthropic) / 503 (OpenAI)
+    drop_rate: float = 0.0  # live responses cut off mid-body (the connection drops)
+    truncate_rate: float = 0.0  # file and results downloads cut off mid-body
+    batch_validation_failure_rate: float = 0.0  # OpenAI batches that fail validation
+    batch_expire_rate: float = 0.0  # batches that expire part-way
+    expire_fraction: float = 0.5  # how much of an expiring batch is done when it expires
+    request_error_rate: float = 0.0  # requests inside batches that come back as errors
+    slow_batch_rate: float = 0.0  # batches that take `slow_factor` times longer
+    slow_factor: float = 20.0
+
+
+@dataclass
+class EmulatorConfig:
+    seed: int = 0
+    api_key: str | None = None  # if set, only this key is accepted; otherwise any non-empty key
+    timing: Timing = field(default_factory=Timing)
+    limits: Limits = field(default_factory=Limits)
+    rate_limits: RateLimits = field(default_factory=RateLimits)
+    responder: Responder = field(default_factory=Responder)
+    faults: Faults = field(default_factory=Faults)
+
+
+def _build(cls: Any, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise UserError(f"emulator config: `{where}` must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UserError(f"emulator config: unknown key `{where}.{unknown[0]}`; known: {', '.join(fields)}")
+    values = {}
+    for name, value in data.items():
+        default = getattr(cls(), name)
+        values[name] = _build(type(default), value, f"{where}.{name}") if dataclasses.is_dataclass(default) else value
+    return cls(**values)
+
+
+def load_config(path: str | None, realistic: bool = False) -> EmulatorConfig:
+    """Read a config file (YAML or JSON); None gives the defaults."""
+    data: Any = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text("utf-8")
+        except OSError as exc:
+            raise UserError(f"emulator config {path}: {exc.strerror or exc}") from None
+        data = json.loads(text) if path.endswith(".json") else YAML(typ="safe", pure=True).load(text) or {}
+    config: EmulatorConfig = _build(EmulatorConfig, data, "config")
+    if realistic:
+        config.timing = Timing.realistic()
+    return config

@@ -1,0 +1,98 @@
+"""Answers to chat requests in both providers' formats, from the responder, with token usage."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from nspec.compiler.tokenizers import encoding
+from nspec.runners.emulator.responders import Echo, Oracle, message_text
+
+DEFAULT_OPENAI_MAX_TOKENS = 4096
+
+
+def count_tokens(text: str) -> int:
+    return len(encoding("o200k_base").encode(text))
+
+
+def _clip(text: str, max_tokens: int) -> tuple[str, bool]:
+    """The first ``max_tokens`` tokens of ``text``, and whether it was cut."""
+    tokens = encoding("o200k_base").encode(text)
+    if len(tokens) <= max_tokens:
+        return text, False
+    return encoding("o200k_base").encoding.decode(tokens[:max_tokens]), True
+
+
+def _prompt_tokens(system: str | None, messages: list[dict[str, Any]]) -> int:
+    texts = [system] if system else []
+    texts += [message_text(m.get("content")) for m in messages]
+    return 3 + sum(4 + count_tokens(t) for t in texts)
+
+
+def openai_completion(body: dict[str, Any], responder: Oracle | Echo, key: str, created: int) -> dict[str, Any]:
+    """A chat.completion object for an OpenAI chat request body (validated by the caller)."""
+    messages = body["messages"]
+    system = "\n".join(message_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+    turns = [m for m in messages if m.get("role") not in ("system", "developer")]
+    reply = responder.answer(system or None, turns, key)
+    limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS
+    text, cut = _clip(reply.text, int(limit))
+    prompt, completion = _prompt_tokens(None, messages), count_tokens(text)
+    return {
+        "id": "chatcmpl-" + secrets.token_hex(12),
+        "object": "chat.completion",
+        "created": created,
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                "logprobs": None,
+                "finish_reason": "length" if cut else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        },
+        "service_tier": "default",
+        "system_fingerprint": "fp_nspec_emulator",
+    }
+
+
+def anthropic_message(body: dict[str, Any], responder: Oracle | Echo, key: str) -> dict[str, Any]:
+    """A Message object for an Anthropic Messages request body (validated by the caller). A final assistant
+    message is a prefill: the reply continues it and does not repeat it."""
+    messages = body["messages"]
+    system = body.get("system")
+    system_text = system if isinstance(system, str) else message_text(system) if system else None
+    prefill = message_text(messages[-1].get("content")) if messages[-1].get("role") == "assistant" else None
+    reply = responder.answer(system_text, messages, key)
+    text = reply.text
+    if prefill is not None:
+        text = text[len(prefill) :] if text.startswith(prefill) else (" " + text if not prefill.endswith(" ") else text)
+    text, cut = _clip(text, int(body["max_tokens"]))
+    return {
+        "id": "msg_" + secrets.token_hex(12),
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": [{"type": "text", "text": text, "citations": None}],
+        "stop_reason": "max_tokens" if cut else "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": _prompt_tokens(system_text, messages),
+            "output_tokens": count_tokens(text),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "service_tier": "batch" if key.startswith("batch:") else "standard",
+        },
+    }

@@ -1,0 +1,162 @@
+"""Responders: what the emulated models answer.
+
+- `oracle` finds, for each question in the prompt, the sentence of the context that shares the most of the
+  question's content words, and replies with it (all of them on a tie, as multi-value questions have several); with
+  no good match it replies `not_found`. Deterministic, and it can be told to degrade.
+- `echo` replies with the end of the last user message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from nspec.runners.emulator.config import Responder as ResponderConfig
+
+_WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "of",
+        "for",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "and",
+        "or",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "how",
+        "many",
+        "much",
+        "did",
+        "does",
+        "do",
+        "this",
+        "that",
+        "these",
+        "those",
+        "it",
+        "its",
+        "all",
+        "there",
+        "any",
+        "from",
+        "as",
+        "into",
+        "your",
+        "you",
+        "me",
+        "my",
+        "our",
+        "their",
+        "not",
+        "no",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    found: bool
+
+
+def _words(text: str) -> set[str]:
+    return {w[:6] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+
+
+def message_text(content: Any) -> str:
+    """The text of a message's content (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return ""
+
+
+class Oracle:
+    def __init__(self, config: ResponderConfig, seed: int, count_tokens: Any) -> None:
+        self.config = config
+        self.seed = seed
+        self.count_tokens = count_tokens
+
+    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str) -> Reply:
+        users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        if not users:
+            return Reply(self.config.not_found, False)
+        last = users[-1]
+        questions = [line.strip() for line in last.splitlines() if line.strip().endswith("?")]
+        if not questions:
+            questions = [last.strip().splitlines()[-1]] if last.strip() else []
+        context = "\n".join(users)
+        degrade = self.config.degrade
+        if degrade.miss_rate and _unit(self.seed, key) < degrade.miss_rate:
+            return Reply(self.config.not_found, False)
+        if degrade.miss_beyond_tokens is not None and self.count_tokens(context) > degrade.miss_beyond_tokens:
+            return Reply(self.config.not_found, False)
+        found: list[str] = []
+        for question in questions:
+            for start, sentence in self._best(context, question):
+                depth = 100 * start / max(1, len(context))
+                if degrade.miss_beyond_depth is not None and depth > degrade.miss_beyond_depth:
+                    continue
+                if sentence not in found:
+                    found.append(sentence)
+        if not found:
+            return Reply(self.config.not_found, False)
+        return Reply(" ".join(found), True)
+
+    def _best(self, context: str, question: str) -> list[tuple[int, str]]:
+        wanted = _words(question)
+        if len(wanted) < 2:
+            return []
+        best, hits = 0.0, []
+        for m in _SENTENCE.finditer(context):
+            sentence = m.group().strip()
+            if not sentence or sentence.endswith("?"):
+                continue
+            score = len(wanted & _words(sentence)) / len(wanted)
+            if score > best + 1e-9:
+                best, hits = score, [(m.start(), sentence)]
+            elif abs(score - best) < 1e-9 and score > 0:
+                hits.append((m.start(), sentence))
+        return hits[:16] if best >= 0.75 else []
+
+
+class Echo:
+    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str) -> Reply:
+        users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        return Reply(users[-1][-200:] if users else "", True)
+
+
+def _unit(seed: int, key: str) -> float:
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def make_responder(config: ResponderConfig, seed: int, count_tokens: Any) -> Oracle | Echo:
+    if config.kind == "oracle":
+        return Oracle(config, seed, count_tokens)
+    if config.kind == "echo":
+        return Echo()
+    from nspec.errors import UserError
+
+    raise UserError(f"unknown responder {config.kind!r}; choose oracle or echo")

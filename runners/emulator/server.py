@@ -1,0 +1,71 @@
+"""Running the emulator: in-process on a port the OS picks (tests), or in the foreground (`nspec emulator`)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+
+from nspec.errors import NspecError
+from nspec.runners.emulator.app import Emulation, build_app
+from nspec.runners.emulator.config import EmulatorConfig
+
+
+class Emulator:
+    """A running emulator. Use as a context manager; `openai_base_url` and `anthropic_base_url` are for the SDKs."""
+
+    def __init__(
+        self, config: EmulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0, state_dir: str | None = None
+    ) -> None:
+        self.emulation = Emulation(config or EmulatorConfig(), state_dir)
+        self.host = host
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.port = self._socket.getsockname()[1]
+        self._server = uvicorn.Server(
+            uvicorn.Config(build_app(self.emulation), log_level="critical", lifespan="off", access_log=False)
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def clock(self):
+        return self.emulation.clock
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.anthropic_base_url}/v1"
+
+    def start(self) -> Emulator:
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise NspecError("the emulator did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._socket.close()
+
+    def serve_forever(self) -> None:
+        """Run in the foreground until interrupted."""
+        self._server.run(sockets=[self._socket])
+        self._socket.close()
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
