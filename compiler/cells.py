@@ -48,6 +48,19 @@ class Model:
         return re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-")[:40] or "model"
 
 
+@dataclass(frozen=True)
+class _Slot:
+    """What every cell of one model, prompt variant, length and trial shares."""
+
+    model: Model
+    tt: TokenizedText
+    start: int  # the trial's first haystack token
+    variant: str | None
+    prompt: dict[str, Any]
+    length: int
+    trial: int
+
+
 @dataclass
 class Cell:
     record: dict[str, Any]  # the cells.jsonl line
@@ -183,93 +196,50 @@ class CellMaker:
                         )
                     self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
                     continue
-                make = self._stack_cells if self.is_stack else self._text_cells
-                yield from make(model, tt, start, variant, prompt, length, trial)
+                slot = _Slot(model, tt, start, variant, prompt, length, trial)
+                yield from (self._stack_cells if self.is_stack else self._text_cells)(slot)
                 for k in range(self.negatives):
-                    yield self._negative_cell(model, tt, start, variant, prompt, length, trial, k)
+                    yield self._negative_cell(slot, k)
 
-    def _stack_cells(
-        self,
-        model: Model,
-        tt: TokenizedText,
-        start: int,
-        variant: str | None,
-        prompt: dict[str, Any],
-        length: int,
-        trial: int,
-    ) -> Iterator[Cell]:
+    def _stack_cells(self, slot: _Slot) -> Iterator[Cell]:
         questions = self.source.questions
         per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
         if per_trial is not None and per_trial < len(questions):
-            questions = Draws(self.seed, "questions", trial).sample(questions, per_trial)
+            questions = Draws(self.seed, "questions", slot.trial).sample(questions, per_trial)
         for depth in self.depths:
             for repeat in self.repeats:
                 for q in questions:
                     identity = {
-                        "variant": variant,
-                        "length": length,
+                        "variant": slot.variant,
+                        "length": slot.length,
                         "depth": depth,
-                        "trial": trial,
+                        "trial": slot.trial,
                         "repeat": repeat,
                         "item": q.item,
                     }
-                    inserts = [Insert(self.source.items[q.item], depth, repeat)]
                     needles = [{"id": q.item, "index": 0, "role": "target", "depth_requested": depth}]
-                    yield self._cell(
-                        model,
-                        tt,
-                        start,
-                        variant,
-                        prompt,
-                        length,
-                        identity,
-                        q.question,
-                        inserts,
-                        needles,
-                        [q.answer],
-                        list(q.alternates),
-                    )
+                    inserts = [Insert(self.source.items[q.item], depth, repeat)]
+                    yield self._cell(slot, identity, q.question, inserts, needles, [q.answer], list(q.alternates))
 
-    def _text_cells(
-        self,
-        model: Model,
-        tt: TokenizedText,
-        start: int,
-        variant: str | None,
-        prompt: dict[str, Any],
-        length: int,
-        trial: int,
-    ) -> Iterator[Cell]:
+    def _text_cells(self, slot: _Slot) -> Iterator[Cell]:
         ids = needle_ids(self.spec["needles"])
         for depth in self.depths:
-            drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", length, depth, trial))
-            depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", length, depth, trial))
+            key = (slot.length, depth, slot.trial)
+            drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", *key))
+            depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", *key))
             inserts = [Insert(n.text, d) for n, d in zip(drawn.instances, depths, strict=True)]
             needles = [
                 {"id": n.needle_id, "index": n.index, "role": n.role, "depth_requested": d}
                 for n, d in zip(drawn.instances, depths, strict=True)
             ]
-            identity: dict[str, Any] = {
-                "variant": variant,
-                "length": length,
+            identity = {
+                "variant": slot.variant,
+                "length": slot.length,
                 "depth": depth,
-                "trial": trial,
+                "trial": slot.trial,
                 "needles": ids,
             }
-            yield self._cell(
-                model,
-                tt,
-                start,
-                variant,
-                prompt,
-                length,
-                identity,
-                drawn.question,
-                inserts,
-                needles,
-                drawn.expected,
-                drawn.alternates,
-            )
+            yield self._cell(slot, identity, drawn.question, inserts, needles, drawn.expected, drawn.alternates)
 
     def _needle_depths(self, drawn: CellNeedles, depth: float, draws: Draws) -> list[float]:
         """Requested depth of every instance: the first at the cell's depth, the rest per `placement`."""
@@ -280,33 +250,18 @@ class CellMaker:
             return [depth] + [round(100 * draws.uniform(), 2) for _ in range(n - 1)]
         return [round(depth + i * (100 - depth) / n, 2) for i in range(n)]
 
-    def _negative_cell(
-        self,
-        model: Model,
-        tt: TokenizedText,
-        start: int,
-        variant: str | None,
-        prompt: dict[str, Any],
-        length: int,
-        trial: int,
-        k: int,
-    ) -> Cell:
-        draws = Draws(self.seed, "negative", length, trial, k)
+    def _negative_cell(self, slot: _Slot, k: int) -> Cell:
+        draws = Draws(self.seed, "negative", slot.length, slot.trial, k)
         if self.is_stack:
             question = draws.choice(self.source.questions).question
         else:
             question = draw_needles(self.spec["needles"], draws).question
-        identity = {"variant": variant, "length": length, "trial": trial, "negative": k}
-        return self._cell(model, tt, start, variant, prompt, length, identity, question, [], [], [], [])
+        identity = {"variant": slot.variant, "length": slot.length, "trial": slot.trial, "negative": k}
+        return self._cell(slot, identity, question, [], [], [], [])
 
     def _cell(
         self,
-        model: Model,
-        tt: TokenizedText,
-        start: int,
-        variant: str | None,
-        prompt: dict[str, Any],
-        length: int,
+        slot: _Slot,
         identity: dict[str, Any],
         question: str,
         inserts: list[Insert],
@@ -314,6 +269,7 @@ class CellMaker:
         expected: list[str],
         alternates: list[str],
     ) -> Cell:
+        model, prompt = slot.model, slot.prompt
         values = {"question": question}
         user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})
         prefix, suffix = user.split(_HAYSTACK_MARK)
@@ -326,12 +282,11 @@ class CellMaker:
             reserve=reserve,
         )
         cid = cell_id(model, {"model": model.label, **identity})
+        separator = self.source.separator if self.is_stack else None
         try:
-            built = build_context(
-                tt, model.tokenizer, start, parts, inserts, length, self.source.separator if self.is_stack else None
-            )
+            built = build_context(slot.tt, model.tokenizer, slot.start, parts, inserts, slot.length, separator)
         except CompileError as exc:
-            raise CompileError(f"cell {cid} ({model.label}, length {length}): {exc}") from None
+            raise CompileError(f"cell {cid} ({model.label}, length {slot.length}): {exc}") from None
         for needle, actual in zip(needles, built.depths, strict=True):
             needle["depth_actual"] = actual
         max_tokens = model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve))
@@ -339,16 +294,16 @@ class CellMaker:
             "cell_id": cid,
             "model": model.label,
             "model_id": model.model_id,
-            "prompt": variant,
+            "prompt": slot.variant,
             "context_length": {
-                "target": length,
+                "target": slot.length,
                 "actual": built.tokens + reserve,
                 "prompt": built.tokens,
                 "haystack": built.haystack_tokens,
             },
             "tokens_exact": model.tokenizer.exact,
             "depth": {"requested": identity.get("depth"), "actual": needles[0]["depth_actual"] if needles else None},
-            "trial": identity["trial"],
+            "trial": slot.trial,
             "repeat": identity.get("repeat"),
             "item": identity.get("item"),
             "needles": needles,

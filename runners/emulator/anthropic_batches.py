@@ -10,7 +10,7 @@ import random
 import re
 from typing import Any
 
-from nspec.runners.emulator.config import EmulatorConfig
+from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
 from nspec.runners.emulator.generation import anthropic_message
 from nspec.runners.emulator.responders import Echo, Oracle
 from nspec.runners.emulator.state import Store, new_id
@@ -48,31 +48,29 @@ def create(store: Store, config: EmulatorConfig, rng: random.Random, body: Any, 
         for name in ("model", "max_tokens", "messages"):
             if name not in params:
                 raise InvalidRequest(f"requests.{i}.params.{name}: Field required")
-    faults = config.faults
     batch = {
         "id": new_id("msgbatch_"),
         "created": now,
-        "slow": faults.slow_factor if rng.random() < faults.slow_batch_rate else 1.0,
         "total": len(requests),
-        "expire_fraction": faults.expire_fraction if rng.random() < faults.batch_expire_rate else None,
         "cancel_at": None,
         "requests": requests,
-        "outcomes": {r["custom_id"]: "error" if rng.random() < faults.request_error_rate else "ok" for r in requests},
         "final": None,  # counts, ended_at and the results file id, once ended
+        **draw_batch_faults(config.faults, rng, [r["custom_id"] for r in requests]),
     }
-    with store.lock:
-        store.anthropic_batches[batch["id"]] = batch
-        store.save()
-    return batch
+    return store.add_batch(store.anthropic_batches, batch)
 
 
 def _times(batch: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
     timing, slow = config.timing, batch["slow"]
     per = timing.seconds_per_request * slow
     processed = batch["created"] + batch["total"] * per + timing.finalize_seconds * slow
-    expire = batch["created"] + timing.completion_window_seconds
-    if batch["expire_fraction"] is not None:
-        expire = min(expire, batch["created"] + math.floor(batch["total"] * batch["expire_fraction"]) * per + per / 2)
+    expire = expiry(
+        batch["created"],
+        batch["total"],
+        per,
+        batch["expire_fraction"],
+        batch["created"] + timing.completion_window_seconds,
+    )
     return {"per": per, "processed": processed, "expire": expire}
 
 

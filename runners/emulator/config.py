@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,19 @@ def load_config(path: str | None, realistic: bool = False) -> EmulatorConfig:
     if realistic:
         config.timing = Timing.realistic()
     return config
+
+
+def draw_batch_faults(faults: Faults, rng: Any, custom_ids: list[str]) -> dict[str, Any]:
+    """The faults one batch gets, drawn at creation: its speed, whether it expires part-way, each request's fate."""
+    return {
+        "slow": faults.slow_factor if rng.random() < faults.slow_batch_rate else 1.0,
+        "expire_fraction": faults.expire_fraction if rng.random() < faults.batch_expire_rate else None,
+        "outcomes": {cid: "error" if rng.random() < faults.request_error_rate else "ok" for cid in custom_ids},
+    }
+
+
+def expiry(start: float, total: int, per_request: float, expire_fraction: float | None, window_end: float) -> float:
+    """When a batch expires: the end of its window, or, with the expiry fault, once its fraction is done."""
+    if expire_fraction is None:
+        return window_end
+    return min(window_end, start + math.floor(total * expire_fraction) * per_request + per_request / 2)

@@ -14,7 +14,7 @@ import random
 import secrets
 from typing import Any
 
-from nspec.runners.emulator.config import EmulatorConfig
+from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
 from nspec.runners.emulator.generation import openai_completion
 from nspec.runners.emulator.responders import Echo, Oracle
 from nspec.runners.emulator.state import Store, new_id
@@ -93,12 +93,10 @@ def create(
 ) -> dict[str, Any]:
     data = store.read_file(input_file_id)
     requests, errors = validate_input(data, endpoint, config)
-    faults = config.faults
-    if not errors and rng.random() < faults.batch_validation_failure_rate:
+    if not errors and rng.random() < config.faults.batch_validation_failure_rate:
         errors = [
             {"code": "invalid_request", "message": "Validation failed (injected fault).", "param": None, "line": 1}
         ]
-    slow = faults.slow_factor if rng.random() < faults.slow_batch_rate else 1.0
     batch = {
         "id": new_id("batch_"),
         "input_file_id": input_file_id,
@@ -106,23 +104,15 @@ def create(
         "completion_window": completion_window,
         "metadata": metadata,
         "created": now,
-        "slow": slow,
         "total": len(requests),
         "model": requests[0]["body"]["model"] if requests else None,
         "errors": errors or None,
-        "expire_fraction": faults.expire_fraction if rng.random() < faults.batch_expire_rate else None,
         "cancel_at": None,
         "final": None,  # set once terminal: status, times, counts, file ids
         "requests": [] if errors else requests,
-        "outcomes": None,  # custom_id → "ok" | "error", drawn at creation so counts can move
+        **draw_batch_faults(config.faults, rng, [r["custom_id"] for r in requests]),
     }
-    batch["outcomes"] = {
-        r["custom_id"]: "error" if rng.random() < faults.request_error_rate else "ok" for r in requests
-    }
-    with store.lock:
-        store.openai_batches[batch["id"]] = batch
-        store.save()
-    return batch
+    return store.add_batch(store.openai_batches, batch)
 
 
 def _times(batch: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
@@ -131,9 +121,7 @@ def _times(batch: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
     per = timing.seconds_per_request * slow
     processed = start + batch["total"] * per
     window_end = batch["created"] + timing.completion_window_seconds
-    expire = window_end
-    if batch["expire_fraction"] is not None:
-        expire = min(expire, start + math.floor(batch["total"] * batch["expire_fraction"]) * per + per / 2)
+    expire = expiry(start, batch["total"], per, batch["expire_fraction"], window_end)
     return {
         "start": start,
         "per": per,

@@ -100,6 +100,12 @@ class Store:
                 self.blobs.pop(file_id, None)
             self.save()
 
+    def add_batch(self, table: dict[str, dict[str, Any]], batch: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            table[batch["id"]] = batch
+            self.save()
+        return batch
+
     def save(self) -> None:
         """Write the index atomically (a restart then finds every batch and file)."""
         if self.state_dir is None:
