@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Annotated
 
@@ -166,6 +167,113 @@ def compile_command(
 
 def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}"
+
+
+@app.command()
+def submit(run: Annotated[str, typer.Argument(help="The run directory (printed by nspec compile).")]) -> None:
+    """Upload and create batches for pending shards, and run live models; safe to repeat."""
+    from nspec.runners.session import Session
+
+    session = Session.open(run)
+    try:
+        progress = session.submit()
+    finally:
+        session.close()
+    out = _stdout()
+    for batch_id in progress.created:
+        out.print(f"created batch {batch_id}", markup=False)
+    for batch_id in progress.adopted:
+        out.print(f"found batch {batch_id} again (created before an interruption)", markup=False)
+    _finish(progress.pending, progress.failed)
+
+
+@app.command()
+def status(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+) -> None:
+    """What is pending, done and failed, per model; batches with provider status and age; tokens and cost so far."""
+    from nspec.runners.session import Session
+
+    session = Session.open(run)
+    try:
+        report = session.status()
+    finally:
+        session.close()
+    if as_json:
+        _stdout().print(json.dumps(report, indent=2), markup=False)
+        return
+    table = Table(title=f"{report['run']} ({report['stage']})", title_justify="left")
+    for column in (
+        "model",
+        "mode",
+        "requests",
+        "done",
+        "failed",
+        "retrying",
+        "pending",
+        "input tokens",
+        "output tokens",
+        "cost",
+    ):
+        table.add_column(column, justify="left" if column in ("model", "mode") else "right")
+    for m in report["models"]:
+        table.add_row(
+            m["model"],
+            m["mode"],
+            f"{m['requests']:,}",
+            f"{m['done']:,}",
+            f"{m['failed']:,}",
+            f"{m['retrying']:,}",
+            f"{m['pending']:,}",
+            f"{m['input_tokens']:,}",
+            f"{m['output_tokens']:,}",
+            _usd(m["cost_usd"]),
+        )
+    console = _stdout()
+    console.print(table)
+    for m in report["models"]:
+        for b in m["batches"]:
+            age = "" if b["age_seconds"] is None else f", {b['age_seconds']}s old"
+            console.print(
+                f"{m['model']}: batch {b['batch_id']} {b['provider_status'] or b['state']} "
+                f"({b['requests']} requests, attempt {b['attempt']}{age})",
+                markup=False,
+            )
+
+
+@app.command()
+def collect(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Poll until every request has a final result.")] = False,
+) -> None:
+    """Download finished results into answers/results.jsonl; resubmit failed and expired requests per the retry
+    policy. Exit 3 while requests are pending, 4 if some ended without an answer."""
+    from nspec.runners.session import Session
+
+    session = Session.open(run)
+    try:
+        progress = session.collect()
+        delay, (low, high) = None, session.poll_schedule()
+        while wait and progress.pending:
+            delay = low if delay is None else min(high, delay * 1.5)
+            _stderr().print(f"{progress.pending} requests pending; polling again in {delay:.0f}s", markup=False)
+            time.sleep(delay)
+            progress = session.collect()
+    finally:
+        session.close()
+    _stdout().print(f"{progress.collected} results collected", markup=False)
+    _finish(progress.pending, progress.failed)
+
+
+def _finish(pending: int, failed: int) -> None:
+    """Exit 3 while requests are pending (for cron: run again later), 4 if some ended without an answer."""
+    if pending:
+        _stderr().print(f"{pending} requests pending", markup=False)
+        raise typer.Exit(3)
+    if failed:
+        _stderr().print(f"{failed} requests ended without an answer", markup=False)
+        raise typer.Exit(4)
 
 
 @app.command()

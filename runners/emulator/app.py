@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -49,6 +50,7 @@ class Emulation:
         self.store = Store.open(state_dir)
         self.responder = make_responder(config.responder, config.seed, count_tokens)
         self.rng = random.Random(config.seed)
+        self.statuses: Counter[int] = Counter()  # responses served, by HTTP status (for tests and benchmarks)
         now = self.clock.now()
         self.limiters = {"openai": Limiter(config.rate_limits, now), "anthropic": Limiter(config.rate_limits, now)}
 
@@ -104,9 +106,10 @@ def build_app(emu: Emulation) -> Starlette:
                     response = await handler(request)
                     if live and emu.roll(config.faults.drop_rate):
                         return _Dropped(bytes(response.body), "application/json")
-                    return response
                 except ApiError as error:
-                    return _error_response(provider, error)
+                    response = _error_response(provider, error)
+                emu.statuses[response.status_code] += 1
+                return response
 
             return Route(path, endpoint, methods=[method])
 

@@ -47,6 +47,9 @@ class RateLimits:
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
+    # Providers enforce limits over shorter windows than a minute (a burst allowance); the bucket holds this many
+    # seconds' worth of the per-minute rate.
+    burst_seconds: float = 60.0
 
 
 @dataclass

@@ -14,23 +14,25 @@ UNLIMITED = 1_000_000_000
 
 
 class _Bucket:
-    def __init__(self, per_minute: int | None, now: float) -> None:
-        self.capacity = per_minute or UNLIMITED
-        self.level = float(self.capacity)
+    def __init__(self, per_minute: int | None, now: float, burst_seconds: float) -> None:
+        self.limit = per_minute or UNLIMITED  # what the headers report
+        self.rate = self.limit / 60  # refill per second
+        self.capacity = max(1.0, self.rate * burst_seconds) if per_minute else float(UNLIMITED)
+        self.level = self.capacity
         self.stamp = now
 
     def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self.stamp) * self.capacity / 60)
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
         self.stamp = now
 
     def wait_for(self, amount: int) -> float:
         """Seconds until ``amount`` is available (0 if it is)."""
-        missing = amount - self.level
-        return 0.0 if missing <= 0 else missing * 60 / self.capacity
+        missing = min(amount, self.capacity) - self.level
+        return 0.0 if missing <= 0 else missing / self.rate
 
     def reset_seconds(self) -> float:
         """Seconds until the bucket is full again."""
-        return (self.capacity - self.level) * 60 / self.capacity
+        return (self.capacity - self.level) / self.rate
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,8 @@ class Limiter:
     """One limiter per provider."""
 
     def __init__(self, limits: RateLimits, now: float) -> None:
-        self.requests = _Bucket(limits.requests_per_minute, now)
-        self.tokens = _Bucket(limits.tokens_per_minute, now)
+        self.requests = _Bucket(limits.requests_per_minute, now, limits.burst_seconds)
+        self.tokens = _Bucket(limits.tokens_per_minute, now, limits.burst_seconds)
         self.lock = threading.Lock()
 
     def take(self, tokens: int, now: float, provider: str) -> Decision:
@@ -53,26 +55,26 @@ class Limiter:
             self.requests.refill(now)
             self.tokens.refill(now)
             wait = max(self.requests.wait_for(1), self.tokens.wait_for(tokens))
-            allowed = wait == 0 and tokens <= self.tokens.capacity
+            allowed = wait == 0 and tokens <= self.tokens.limit  # larger than a minute's budget: never
             if allowed:
                 self.requests.level -= 1
-                self.tokens.level -= tokens
+                self.tokens.level -= min(tokens, self.tokens.capacity)
             return Decision(allowed, wait, self._headers(provider, now))
 
     def _headers(self, provider: str, now: float) -> dict[str, str]:
         r, t = self.requests, self.tokens
         if provider == "openai":
             return {
-                "x-ratelimit-limit-requests": str(r.capacity),
+                "x-ratelimit-limit-requests": str(r.limit),
                 "x-ratelimit-remaining-requests": str(max(0, math.floor(r.level))),
                 "x-ratelimit-reset-requests": duration(r.reset_seconds()),
-                "x-ratelimit-limit-tokens": str(t.capacity),
+                "x-ratelimit-limit-tokens": str(t.limit),
                 "x-ratelimit-remaining-tokens": str(max(0, math.floor(t.level))),
                 "x-ratelimit-reset-tokens": duration(t.reset_seconds()),
             }
         headers = {}
         for name, bucket in (("requests", r), ("tokens", t), ("input-tokens", t), ("output-tokens", t)):
-            headers[f"anthropic-ratelimit-{name}-limit"] = str(bucket.capacity)
+            headers[f"anthropic-ratelimit-{name}-limit"] = str(bucket.limit)
             headers[f"anthropic-ratelimit-{name}-remaining"] = str(max(0, math.floor(bucket.level)))
             headers[f"anthropic-ratelimit-{name}-reset"] = rfc3339(now + bucket.reset_seconds())
         return headers

@@ -1,0 +1,210 @@
+"""Batch runs: submit shards as provider batches, poll them, collect and normalise results, resubmit what is missing.
+
+Crash safety. Every remote call is bracketed by ledger writes, so resuming after a kill at any point is safe:
+- killed after an upload, before recording it: the file is uploaded again (files cost nothing; the orphan is inert);
+- killed after a create call, before recording the batch: the job is in `creating`, and resuming looks the batch up
+  before creating one. OpenAI batches carry the run id, shard hash and attempt in their metadata, so the match is
+  exact. Anthropic batches carry no metadata: the candidates are batches created after the recorded intent (less a
+  minute of clock skew) with the shard's request count and not already claimed by another job; the oldest is
+  adopted. Jobs are created one at a time, so a second candidate means someone else created a batch of the same size
+  in the same minutes; the adopted batch is confirmed by its custom_ids when it is collected, and a batch whose
+  custom_ids are not the shard's is released and the shard submitted again;
+- killed while downloading or parsing: the job is not yet `collected`, so it is downloaded again; results already
+  written are kept and not written twice (`ResultsFile`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nspec.runners.failpoints import failpoint
+from nspec.runners.ledger import Job, Ledger
+from nspec.runners.providers import AnthropicBatches, OpenAIBatches, Outcome, batch_client, credentials, transient
+from nspec.runners.rundir import ResultsFile, Run, shard_lines
+
+STAGE = "answers"
+
+
+@dataclass
+class Progress:
+    """What a submit or collect call did and what is left."""
+
+    created: list[str] = field(default_factory=list)  # batch ids created now
+    adopted: list[str] = field(default_factory=list)  # batch ids found again after a crash
+    collected: int = 0  # results written now
+    pending: int = 0  # requests still waiting
+    failed: int = 0  # requests that ended without an answer
+    live: list[str] = field(default_factory=list)  # custom_ids to send live
+
+
+class BatchRunner:
+    def __init__(self, run: Run, ledger: Ledger) -> None:
+        self.run = run
+        self.ledger = ledger
+        self.models = {m.label: m for m in run.models()}
+        self.batch_models = [m for m in self.models.values() if m.mode == "batch"]
+        # Every key and package is checked before anything is uploaded.
+        self.clients: dict[str, OpenAIBatches | AnthropicBatches] = {
+            m.label: batch_client(m.provider, credentials(m.entry)) for m in self.batch_models
+        }
+
+    def plan(self) -> None:
+        """Record the compiled shards as jobs (once)."""
+        known = {j.shard for j in self.ledger.jobs(STAGE)}
+        for model in self.batch_models:
+            for shard in model.shards:
+                if shard["file"] not in known:
+                    ids = [cid for cid, _ in shard_lines(self.run.path / shard["file"])]
+                    self.ledger.add_job(STAGE, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
+
+    def submit(self, progress: Progress) -> None:
+        self.plan()
+        self._advance_all(("planned", "uploaded", "creating"), progress)
+
+    def _advance_all(self, states: tuple[str, ...], progress: Progress) -> None:
+        for job in self.ledger.jobs(STAGE, states):
+            if job.model not in self.clients:
+                continue
+            try:
+                self._advance(job, progress)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])  # resumed next time
+
+    def _metadata(self, job: Job) -> dict[str, str]:
+        return {
+            "nspec_run": self.run.run_id,
+            "nspec_shard": job.shard_sha256[:40],
+            "nspec_attempt": str(job.attempt),
+            "requests": str(job.requests),
+        }
+
+    def _advance(self, job: Job, progress: Progress) -> None:
+        client = self.clients[job.model]
+        meta = self._metadata(job)
+        if job.state == "creating":
+            assert job.intent_at is not None
+            claimed = self.ledger.known_batch_ids()
+            candidates = [b for b in client.find(meta, job.intent_at) if b not in claimed]
+            if candidates:
+                self.ledger.job_created(job.id, candidates[0])
+                progress.adopted.append(candidates[0])
+                return
+        file_id = job.file_id
+        if job.state == "planned" or file_id is None:
+            file_id = client.upload(self.run.path / job.shard)
+            failpoint("after-upload")
+            self.ledger.update_job(job.id, state="uploaded", file_id=file_id)
+        self.ledger.update_job(job.id, state="creating", intent_at=time.time())
+        batch_id = client.create(file_id, self.run.path / job.shard, meta)
+        failpoint("after-create")
+        self.ledger.job_created(job.id, batch_id)
+        progress.created.append(batch_id)
+
+    def collect(self, results: ResultsFile, progress: Progress) -> None:
+        max_attempts, live_below = self.run.retry_policy()
+        self._reconcile(results)
+        for job in self.ledger.jobs(STAGE, ("created",)):
+            try:
+                self._collect_job(job, results, max_attempts, progress)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])  # tried again next time
+        self._resubmit(live_below, progress)
+
+    def _collect_job(self, job: Job, results: ResultsFile, max_attempts: int, progress: Progress) -> None:
+        client = self.clients[job.model]
+        assert job.batch_id is not None
+        view = client.poll(job.batch_id)
+        self.ledger.update_job(job.id, provider_status=view.status)
+        if not view.ended:
+            return
+        expected = {
+            row["custom_id"]
+            for row in self.ledger.requests_in(STAGE, job.model, "submitted")
+            if row["job_id"] == job.id
+        }
+        if view.status == "failed":  # refused as a whole (validation): sending it again would fail again
+            reason = client.failure(job.batch_id)
+            for cid in sorted(expected):
+                refused = Outcome(cid, "error", error={"code": "batch_failed", "message": reason}, retryable=False)
+                self._final(results, cid, job, refused, progress)
+            self.ledger.update_job(job.id, state="failed", error=reason)
+            return
+        seen = 0
+        for outcome in client.download(view, self.run.path / "answers" / "downloads"):
+            if outcome.custom_id not in expected:
+                continue  # a line already handled before an interruption, or a batch that is not ours
+            seen += 1
+            self._handle(results, job, outcome, max_attempts, progress)
+        failpoint("after-download")
+        if expected and seen == 0 and view.done:
+            # An adopted batch whose custom_ids are not the shard's: release it and send the shard again.
+            self.ledger.update_job(job.id, state="planned", batch_id=None, error="released: not our batch")
+            return
+        for cid in sorted(expected):  # in no file at all: count it as a failed attempt
+            if self.ledger.request_states([cid])[cid]["state"] == "submitted":
+                missing = Outcome(cid, "error", error={"code": "missing", "message": None})
+                self._handle(results, job, missing, max_attempts, progress)
+        self.ledger.update_job(job.id, state="collected", collected_at=time.time())
+
+    def _reconcile(self, results: ResultsFile) -> None:
+        """Results written before a crash that the ledger does not know as final yet."""
+        for model in self.batch_models:
+            for state in ("submitted", "retry", "pending"):
+                for row in list(self.ledger.requests_in(STAGE, model.label, state)):
+                    if row["custom_id"] in results.ids:
+                        self.ledger.finish(row["custom_id"], "done", None, 0, 0, "recovered")
+
+    def _handle(self, results: ResultsFile, job: Job, outcome: Outcome, max_attempts: int, progress: Progress) -> None:
+        row = self.ledger.request_states([outcome.custom_id])[outcome.custom_id]
+        if row["state"] in ("done", "failed"):
+            return
+        if outcome.status == "ok" or not outcome.retryable or row["attempts"] >= max_attempts:
+            self._final(results, outcome.custom_id, job, outcome, progress)
+        else:
+            self.ledger.mark_retry([outcome.custom_id], row["shard"])
+
+    def _final(self, results: ResultsFile, custom_id: str, job: Job, outcome: Outcome, progress: Progress) -> None:
+        record = {
+            "cell_id": custom_id,
+            "stage": STAGE,
+            "model": job.model,
+            **outcome.as_result(),
+            "source": {"kind": "batch", "batch_id": job.batch_id, "attempt": job.attempt},
+        }
+        results.append(record)
+        state = "done" if outcome.status == "ok" else "failed"
+        error = None if outcome.error is None else str(outcome.error.get("code"))
+        self.ledger.finish(custom_id, state, error, outcome.input_tokens, outcome.output_tokens, "batch")
+        progress.collected += 1
+
+    def _resubmit(self, live_below: int, progress: Progress) -> None:
+        """Requests to retry: a small remainder goes live; the rest into new shards, submitted now."""
+        for model in self.batch_models:
+            rows = list(self.ledger.requests_in(STAGE, model.label, "retry"))
+            if not rows:
+                continue
+            if len(rows) < live_below:
+                progress.live += [r["custom_id"] for r in rows]
+                continue
+            attempt = max(r["attempts"] for r in rows) + 1
+            wanted = {r["custom_id"] for r in rows}
+            slug = Path(model.shards[0]["file"]).name.rsplit("-", 1)[0]
+            shard = f"answers/requests/{slug}-retry{attempt}-{len(self.ledger.jobs(STAGE)) + 1:04d}.jsonl"
+            lines = [
+                line for s in model.shards for cid, line in shard_lines(self.run.path / s["file"]) if cid in wanted
+            ]
+            target = self.run.path / shard
+            tmp = target.with_suffix(".part")
+            tmp.write_bytes(b"".join(lines))
+            tmp.replace(target)
+            sha = hashlib.sha256(target.read_bytes()).hexdigest()
+            self.ledger.mark_retry(sorted(wanted), shard)
+            self.ledger.add_job(STAGE, model.label, model.provider, shard, sha, sorted(wanted), attempt)
+        self._advance_all(("planned",), progress)

@@ -1,0 +1,191 @@
+"""The ledger (`ledger.sqlite` in the run directory): every job (one shard sent as one provider batch), every
+remote call's intent and result, every request's state. Each write is its own committed transaction, made before
+and after the remote call it describes, so a process killed at any point resumes without paying twice:
+
+    job state     planned → uploaded → creating → created → collected      (or → failed, for a refused batch)
+    request state pending → submitted → done | retry → submitted ... | failed (attempts used up)
+
+A job in `creating` is one whose create call may or may not have reached the provider: resuming looks for the batch
+before creating another (see `runners.batch`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    stage TEXT NOT NULL,
+    model TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    shard TEXT NOT NULL,
+    shard_sha256 TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    file_id TEXT,
+    batch_id TEXT UNIQUE,
+    provider_status TEXT,
+    intent_at REAL,
+    created_at REAL,
+    collected_at REAL,
+    error TEXT,
+    UNIQUE (shard, attempt)
+);
+CREATE TABLE IF NOT EXISTS requests (
+    custom_id TEXT PRIMARY KEY,
+    stage TEXT NOT NULL,
+    model TEXT NOT NULL,
+    shard TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    job_id INTEGER,
+    error TEXT,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    source TEXT
+);
+CREATE INDEX IF NOT EXISTS requests_by_state ON requests (stage, model, state);
+"""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    stage: str
+    model: str
+    provider: str
+    shard: str
+    shard_sha256: str
+    requests: int
+    attempt: int
+    state: str
+    file_id: str | None
+    batch_id: str | None
+    provider_status: str | None
+    intent_at: float | None
+    created_at: float | None
+    error: str | None
+
+
+class Ledger:
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _write(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Cursor:
+        with self.db:  # one committed transaction
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db.execute(sql, tuple(args))
+
+    # -- jobs ----------------------------------------------------------------------------------------------------
+
+    def add_job(
+        self, stage: str, model: str, provider: str, shard: str, sha: str, custom_ids: list[str], attempt: int
+    ) -> None:
+        """A planned job and its requests, if not recorded already (idempotent)."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            cur = self.db.execute(
+                "INSERT OR IGNORE INTO jobs (stage, model, provider, shard, shard_sha256, requests, attempt, state)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'planned')",
+                (stage, model, provider, shard, sha, len(custom_ids), attempt),
+            )
+            if cur.rowcount:
+                self.db.executemany(
+                    "INSERT INTO requests (custom_id, stage, model, shard, state) VALUES (?, ?, ?, ?, 'pending')"
+                    " ON CONFLICT (custom_id) DO UPDATE SET shard = excluded.shard",
+                    [(cid, stage, model, shard) for cid in custom_ids],
+                )
+
+    def jobs(self, stage: str | None = None, states: tuple[str, ...] | None = None) -> list[Job]:
+        sql, args = "SELECT * FROM jobs WHERE 1=1", []
+        if stage:
+            sql += " AND stage = ?"
+            args.append(stage)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args += list(states)
+        rows = self.db.execute(sql + " ORDER BY id", args).fetchall()
+        return [Job(**{k: row[k] for k in Job.__dataclass_fields__}) for row in rows]
+
+    def update_job(self, job_id: int, **fields: Any) -> None:
+        names = ", ".join(f"{k} = ?" for k in fields)
+        self._write(f"UPDATE jobs SET {names} WHERE id = ?", [*fields.values(), job_id])
+
+    def job_created(self, job_id: int, batch_id: str) -> None:
+        """The create call returned: the job and its requests are now in the provider's hands."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute(
+                "UPDATE jobs SET state = 'created', batch_id = ?, created_at = ? WHERE id = ?",
+                (batch_id, time.time(), job_id),
+            )
+            self.db.execute(
+                "UPDATE requests SET state = 'submitted', attempts = attempts + 1, job_id = ?"
+                " WHERE custom_id IN (SELECT custom_id FROM requests WHERE state IN ('pending', 'retry')"
+                " AND shard = (SELECT shard FROM jobs WHERE id = ?))",
+                (job_id, job_id),
+            )
+
+    def known_batch_ids(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT batch_id FROM jobs WHERE batch_id IS NOT NULL")}
+
+    # -- requests ------------------------------------------------------------------------------------------------
+
+    def request_states(self, custom_ids: Iterable[str]) -> dict[str, sqlite3.Row]:
+        out = {}
+        for cid in custom_ids:
+            row = self.db.execute("SELECT * FROM requests WHERE custom_id = ?", (cid,)).fetchone()
+            if row is not None:
+                out[cid] = row
+        return out
+
+    def finish(
+        self, custom_id: str, state: str, error: str | None, input_tokens: int, output_tokens: int, source: str
+    ) -> None:
+        self._write(
+            "UPDATE requests SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, source = ?"
+            " WHERE custom_id = ?",
+            (state, error, input_tokens, output_tokens, source, custom_id),
+        )
+
+    def mark_retry(self, custom_ids: list[str], shard: str) -> None:
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(
+                "UPDATE requests SET state = 'retry', shard = ? WHERE custom_id = ?",
+                [(shard, cid) for cid in custom_ids],
+            )
+
+    def requests_in(self, stage: str, model: str, state: str) -> Iterator[sqlite3.Row]:
+        yield from self.db.execute(
+            "SELECT * FROM requests WHERE stage = ? AND model = ? AND state = ? ORDER BY custom_id",
+            (stage, model, state),
+        )
+
+    def counts(self, stage: str) -> dict[str, dict[str, Any]]:
+        """Per model: requests by state, and tokens so far."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.db.execute(
+            "SELECT model, state, COUNT(*) AS n, SUM(input_tokens) AS i,"
+            " SUM(output_tokens) AS o FROM requests WHERE stage = ? GROUP BY model, state",
+            (stage,),
+        ):
+            entry = out.setdefault(row["model"], {"states": {}, "input_tokens": 0, "output_tokens": 0})
+            entry["states"][row["state"]] = row["n"]
+            entry["input_tokens"] += row["i"] or 0
+            entry["output_tokens"] += row["o"] or 0
+        return out

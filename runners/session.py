@@ -1,0 +1,240 @@
+"""Submit, collect and status for a run directory: batch models through `BatchRunner`, live models (and the small
+remainder of failed batch requests) through the live runner, all recorded in one ledger and one results file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
+from rich.text import Text
+
+from nspec.compiler.prices import price_for
+from nspec.compiler.tokenizers import encoding
+from nspec.errors import UserError
+from nspec.runners.batch import STAGE, BatchRunner
+from nspec.runners.batch import Progress as RunProgress
+from nspec.runners.failpoints import failpoint
+from nspec.runners.ledger import Ledger
+from nspec.runners.live import LiveCaller, LiveRequest, request_tokens, run_live
+from nspec.runners.providers import Outcome, credentials
+from nspec.runners.rundir import ResultsFile, Run, RunModel, shard_lines
+
+
+@dataclass
+class Session:
+    run: Run
+    ledger: Ledger
+    batch: BatchRunner
+    callers: dict[str, LiveCaller]
+
+    @classmethod
+    def open(cls, path: str, live_backoff: float = 0.5) -> Session:
+        """Open a run; every key and package is checked here, before anything is sent."""
+        run = Run(path)
+        local = [m.label for m in run.models() if m.provider == "local"]
+        if local:
+            raise UserError(
+                f"{', '.join(local)}: local models run on the local engine, which this version of nspec "
+                "does not include yet"
+            )
+        ledger = run.ledger()
+        batch = BatchRunner(run, ledger)
+        attempts, _ = run.retry_policy()
+        callers = {
+            m.label: LiveCaller(
+                m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts, backoff=live_backoff
+            )
+            for m in run.models()
+        }
+        return cls(run, ledger, batch, callers)
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def submit(self) -> RunProgress:
+        progress = RunProgress()
+        self.batch.submit(progress)
+        results = ResultsFile(self.run.path / "answers" / "results.jsonl")
+        try:
+            self._live([m for m in self.run.models() if m.mode == "live"], results, progress)
+        finally:
+            results.close()
+        self._count(progress)
+        return progress
+
+    def collect(self) -> RunProgress:
+        progress = RunProgress()
+        results = ResultsFile(self.run.path / "answers" / "results.jsonl")
+        try:
+            self.batch.collect(results, progress)
+            if progress.live:
+                self._send_live(progress.live, results, progress)
+            self._live([m for m in self.run.models() if m.mode == "live"], results, progress)
+        finally:
+            results.close()
+        self._count(progress)
+        return progress
+
+    def _count(self, progress: RunProgress) -> None:
+        for entry in self.ledger.counts(STAGE).values():
+            states = entry["states"]
+            progress.pending += sum(states.get(s, 0) for s in ("pending", "submitted", "retry"))
+            progress.failed += states.get("failed", 0)
+        planned = {m.label for m in self.run.models()}
+        recorded = set(self.ledger.counts(STAGE))
+        for model in self.run.models():  # live models not registered yet
+            if model.label in planned - recorded:
+                progress.pending += sum(s["requests"] for s in model.shards)
+
+    def _live(self, models: list[RunModel], results: ResultsFile, progress: RunProgress) -> None:
+        """Register live models' requests (once) and send every one without a final result."""
+        known = {j.shard for j in self.ledger.jobs(STAGE)}
+        wanted: list[str] = []
+        for model in models:
+            for shard in model.shards:
+                if shard["file"] not in known:
+                    ids = [cid for cid, _ in shard_lines(self.run.path / shard["file"])]
+                    self.ledger.add_job(STAGE, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
+                    self.ledger.update_job(self.ledger.jobs(STAGE)[-1].id, state="live")
+            for state in ("pending", "submitted", "retry"):
+                wanted += [r["custom_id"] for r in self.ledger.requests_in(STAGE, model.label, state)]
+        if wanted:
+            self._send_live(wanted, results, progress)
+
+    def _send_live(self, custom_ids: list[str], results: ResultsFile, progress: RunProgress) -> None:
+        rows = self.ledger.request_states(custom_ids)
+        by_model: dict[str, set[str]] = {}
+        for cid, row in rows.items():
+            if cid in results.ids:
+                self.ledger.finish(cid, "done", None, 0, 0, "recovered")
+            elif row["state"] not in ("done", "failed"):
+                by_model.setdefault(row["model"], set()).add(cid)
+        models = {m.label: m for m in self.run.models()}
+        requests: list[LiveRequest] = []
+        for label, ids in by_model.items():
+            model = models[label]
+            for s in model.shards:
+                for cid, raw in shard_lines(self.run.path / s["file"]):
+                    if cid in ids:
+                        line = json.loads(raw)
+                        tokens = request_tokens(line, encoding("o200k_base").count)
+                        requests.append(LiveRequest(cid, label, model.provider, line, tokens))
+        if not requests:
+            return
+        prices = {label: price_for(models[label].entry["id"], models[label].entry.get("price")) for label in by_model}
+        cost = [0.0]
+
+        def record(request: LiveRequest, outcome: Outcome) -> None:
+            results.append(
+                {
+                    "cell_id": request.custom_id,
+                    "stage": STAGE,
+                    "model": request.model,
+                    **outcome.as_result(),
+                    "source": {"kind": "live"},
+                }
+            )
+            state = "done" if outcome.status == "ok" else "failed"
+            error = None if outcome.error is None else str(outcome.error.get("code"))
+            self.ledger.finish(request.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, "live")
+            progress.collected += 1
+            price = prices.get(request.model)
+            if price is not None:
+                cost[0] += price.cost(outcome.input_tokens, outcome.output_tokens, batch=False)
+            failpoint("live-result")
+
+        with _progress_bar(len(requests)) as advance:
+
+            def on_result(request: LiveRequest, outcome: Outcome) -> None:
+                record(request, outcome)
+                advance(f"${cost[0]:.4f}")
+
+            asyncio.run(run_live(self.callers, requests, on_result))
+
+    def poll_schedule(self) -> tuple[float, float]:
+        poll = self.run.spec.get("run", {}).get("poll", {})
+        return float(poll.get("min_seconds", 10)), float(poll.get("max_seconds", 300))
+
+    def status(self) -> dict[str, Any]:
+        now = time.time()
+        counts = self.ledger.counts(STAGE)
+        models = []
+        for model in self.run.models():
+            entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0})
+            price = price_for(model.entry["id"], model.entry.get("price"))
+            cost = (
+                None
+                if price is None
+                else round(price.cost(entry["input_tokens"], entry["output_tokens"], batch=model.mode == "batch"), 4)
+            )
+            total = sum(s["requests"] for s in model.shards)
+            states = entry["states"]
+            models.append(
+                {
+                    "model": model.label,
+                    "mode": model.mode,
+                    "requests": total,
+                    "done": states.get("done", 0),
+                    "failed": states.get("failed", 0),
+                    "retrying": states.get("retry", 0),
+                    "pending": total - states.get("done", 0) - states.get("failed", 0),
+                    "input_tokens": entry["input_tokens"],
+                    "output_tokens": entry["output_tokens"],
+                    "cost_usd": cost,
+                    "batches": [
+                        {
+                            "batch_id": j.batch_id,
+                            "state": j.state,
+                            "provider_status": j.provider_status,
+                            "requests": j.requests,
+                            "attempt": j.attempt,
+                            "age_seconds": None if j.created_at is None else round(now - j.created_at),
+                        }
+                        for j in self.ledger.jobs(STAGE)
+                        if j.model == model.label and j.batch_id
+                    ],
+                }
+            )
+        return {"run": str(self.run.path), "run_id": self.run.run_id, "stage": STAGE, "models": models}
+
+
+class _Rate(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:.1f}/s" if task.speed else "-/s")
+
+
+class _progress_bar:
+    """A rich progress bar on a terminal (done/total, rate, ETA, cost); silent otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.bar: Progress | None = None
+
+    def __enter__(self) -> Callable[[str], None]:
+        if not sys.stderr.isatty():
+            return lambda cost: None
+        self.bar = Progress(
+            TextColumn("live"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            _Rate(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[cost]}"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        task = self.bar.add_task("live", total=self.total, cost="$0")
+        bar = self.bar
+        return lambda cost: bar.update(task, advance=1, cost=cost)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,305 @@
+"""Runners against the emulator, through the real SDKs: batch and live, resumption after SIGKILL at every
+dangerous point, retries of exactly what is missing, 429 storms, and missing keys."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nspec.compiler.run_directory import compile_run
+from nspec.runners.emulator import Emulator, EmulatorConfig
+from nspec.runners.emulator.config import Faults, RateLimits, Timing
+from nspec.runners.failpoints import ENV as FAILPOINT
+from nspec.runners.providers import SDK_RETRIES_ENV
+from nspec.runners.session import Session
+from nspec.spec import load_spec
+
+SPEC = """\
+nspec: 1
+name: runner-test
+seed: 2
+haystack: {{corpus: austen, vary: none}}
+needles:
+  - text: "The special magic {{city}} number is: {{number}}."
+    question: "What is the special magic {{city}} number?"
+    answer: "{{number}}"
+    vars: {{city: {{choice: cities}}, number: {{digits: 7}}}}
+grid: {{context_lengths: [300, 600], depths: [0, 50, 100], trials: {trials}, negative_controls: true}}
+prompt: {{user: "{{haystack}}\\n\\n{{question}}", reserve_tokens: 40}}
+models:
+{models}
+run: {{retry: {{attempts: {attempts}, live_below: {live_below}}}, poll: {{min_seconds: 0.01, max_seconds: 0.05}}}}
+"""
+
+
+@pytest.fixture(autouse=True)
+def keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv(SDK_RETRIES_ENV, "0")
+
+
+@pytest.fixture
+def emulator():
+    running = []
+
+    def start(**sections) -> Emulator:
+        timing = Timing(validate_seconds=1, seconds_per_request=0.1, finalize_seconds=1)
+        emu = Emulator(EmulatorConfig(**{"timing": timing, **sections})).start()
+        running.append(emu)
+        return emu
+
+    yield start
+    for emu in running:
+        emu.stop()
+
+
+def compile_for(tmp_path, emu, modes=("batch", "batch"), trials=1, attempts=3, live_below=0, extra=""):
+    providers = [("openai/gpt-4.1-mini", emu.openai_base_url), ("anthropic/claude-haiku-4-5", emu.anthropic_base_url)]
+    models = "\n".join(
+        f'  - {{id: {mid}, mode: {mode}, base_url: "{url}"{extra}}}'
+        for (mid, url), mode in zip(providers, modes, strict=False)
+    )
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(models=models, trials=trials, attempts=attempts, live_below=live_below))
+    loaded = load_spec(str(spec))
+    return compile_run(loaded.data, loaded.base_dir, tmp_path / "out", {}).path
+
+
+def results(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "answers" / "results.jsonl").read_text().splitlines()]
+
+
+def cell_ids(run: Path) -> list[str]:
+    return [json.loads(line)["cell_id"] for line in (run / "cells.jsonl").read_text().splitlines()]
+
+
+def submit(run, **kwargs):
+    session = Session.open(str(run), **kwargs)
+    try:
+        return session.submit()
+    finally:
+        session.close()
+
+
+def collect(run, emu, rounds=10, **kwargs):
+    """Collect until nothing is pending, moving the emulator's clock instead of waiting."""
+    session = Session.open(str(run), **kwargs)
+    try:
+        for _ in range(rounds):
+            emu.clock.advance(600)
+            progress = session.collect()
+            if not progress.pending:
+                return progress
+        return progress
+    finally:
+        session.close()
+
+
+def batches_on(emu):
+    store = emu.emulation.store
+    return len(store.openai_batches), len(store.anthropic_batches)
+
+
+def nspec_process(*args, failpoint=None):
+    env = {**os.environ, FAILPOINT: failpoint or ""}
+    return subprocess.run([sys.executable, "-m", "nspec", *args], capture_output=True, text=True, env=env)
+
+
+def assert_complete(run):
+    got = results(run)
+    assert sorted(r["cell_id"] for r in got) == sorted(cell_ids(run))  # every cell exactly one final outcome
+    return got
+
+
+def test_batch_happy_path_both_providers(emulator, tmp_path):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    first = submit(run)
+    assert len(first.created) == 2 and first.pending == 16
+    again = submit(run)
+    assert again.created == [] and batches_on(emu) == (1, 1)  # running submit twice creates nothing
+    done = collect(run, emu)
+    assert done.pending == 0 and done.failed == 0
+    got = assert_complete(run)
+    cells = {json.loads(line)["cell_id"]: json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()}
+    for r in got:
+        assert r["status"] == "ok" and r["source"]["kind"] == "batch" and r["usage"]["input_tokens"] > 0
+        cell = cells[r["cell_id"]]
+        if not cell["negative"]:
+            assert cell["expected"][0] in r["text"]  # the oracle found the needle
+    assert collect(run, emu).collected == 0  # collecting again writes nothing
+
+
+def test_live_mode(emulator, tmp_path):
+    emu = emulator()
+    run = compile_for(tmp_path, emu, modes=("live", "live"))
+    progress = submit(run)
+    assert progress.pending == 0 and batches_on(emu) == (0, 0)
+    got = assert_complete(run)
+    assert {r["source"]["kind"] for r in got} == {"live"}
+
+
+def test_status_report(emulator, tmp_path):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    submit(run)
+    session = Session.open(str(run))
+    report = session.status()
+    session.close()
+    gpt = report["models"][0]
+    assert (gpt["requests"], gpt["pending"], gpt["done"]) == (8, 8, 0)
+    assert gpt["batches"][0]["batch_id"].startswith("batch_") and gpt["batches"][0]["age_seconds"] >= 0
+    collect(run, emu)
+    session = Session.open(str(run))
+    report = session.status()
+    session.close()
+    assert all(m["done"] == 8 and m["pending"] == 0 and m["input_tokens"] > 0 for m in report["models"])
+    assert report["models"][0]["cost_usd"] > 0
+
+
+@pytest.mark.parametrize("point", ["after-upload", "after-create"])
+def test_killed_during_submit_never_duplicates_a_batch(emulator, tmp_path, point):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    killed = nspec_process("submit", str(run), failpoint=point)
+    assert killed.returncode == -signal.SIGKILL
+    resumed = nspec_process("submit", str(run))
+    assert resumed.returncode == 3, resumed.stderr  # submitted, still pending
+    assert batches_on(emu) == (1, 1)  # no duplicate batch on either provider
+    if point == "after-create":
+        assert "found batch" in resumed.stdout  # the batch created before the kill was adopted
+    collect(run, emu)
+    assert_complete(run)
+
+
+def test_killed_during_download(emulator, tmp_path):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    submit(run)
+    emu.clock.advance(600)
+    killed = nspec_process("collect", str(run), failpoint="after-download")
+    assert killed.returncode == -signal.SIGKILL
+    written = len(results(run))
+    assert 0 < written <= 16
+    collect(run, emu)
+    assert_complete(run)  # nothing duplicated, nothing lost
+
+
+def test_killed_in_the_middle_of_a_live_run(emulator, tmp_path):
+    emu = emulator()
+    run = compile_for(tmp_path, emu, modes=("live", "live"))
+    killed = nspec_process("submit", str(run), failpoint="live-result")
+    assert killed.returncode == -signal.SIGKILL
+    assert len(results(run)) == 1  # the first result was kept
+    submit(run)
+    assert_complete(run)
+
+
+def test_expiry_resubmits_exactly_the_missing_requests(emulator, tmp_path):
+    emu = emulator(faults=Faults(batch_expire_rate=1.0, expire_fraction=0.5))
+    run = compile_for(tmp_path, emu, modes=("batch",), attempts=3, live_below=0)
+    submit(run)
+    emu.clock.advance(600)
+    session = Session.open(str(run))
+    session.collect()
+    retry_shards = sorted((run / "answers" / "requests").glob("*retry2*"))
+    assert len(retry_shards) == 1
+    retried = {json.loads(line)["custom_id"] for line in retry_shards[0].read_text().splitlines()}
+    done = {r["cell_id"] for r in results(run)}
+    assert len(retried) == 4 and not retried & done and retried | done == set(cell_ids(run))
+    session.close()
+    final = collect(run, emu)
+    got = assert_complete(run)
+    # halves again and again: 4 + 2 + 1 answered, the last one out of attempts
+    assert final.failed == 1 and sum(r["status"] == "ok" for r in got) == 7
+    failed = next(r for r in got if r["status"] != "ok")
+    assert failed["error"]["code"] == "batch_expired"
+
+
+def test_small_remainder_goes_live(emulator, tmp_path):
+    emu = emulator(faults=Faults(batch_expire_rate=1.0, expire_fraction=0.5))
+    run = compile_for(tmp_path, emu, modes=("batch",), live_below=20)
+    submit(run)
+    collect(run, emu)
+    got = assert_complete(run)
+    kinds = [r["source"]["kind"] for r in got]
+    assert kinds.count("batch") == 4 and kinds.count("live") == 4 and batches_on(emu) == (1, 0)
+
+
+def test_request_errors_are_retried(emulator, tmp_path):
+    emu = emulator(faults=Faults(request_error_rate=0.3), seed=4)
+    run = compile_for(tmp_path, emu, attempts=5)
+    submit(run)
+    progress = collect(run, emu)
+    assert progress.pending == 0
+    got = assert_complete(run)
+    assert sum(r["status"] == "ok" for r in got) >= 14  # a few may use up all five attempts
+
+
+def test_a_429_storm_ends_complete(emulator, tmp_path):
+    # 20 requests/s with half a second of burst, and the runner is not told: it learns from 429s and headers.
+    emu = emulator(rate_limits=RateLimits(requests_per_minute=1200, burst_seconds=0.5))
+    run = compile_for(tmp_path, emu, modes=("live", "live"), trials=3)
+    progress = submit(run, live_backoff=0.01)
+    assert emu.emulation.statuses[429] > 0  # there was a storm
+    assert progress.pending == 0 and progress.failed == 0
+    assert len(assert_complete(run)) == 48
+
+
+def test_truncated_downloads_are_retried(emulator, tmp_path):
+    emu = emulator(faults=Faults(truncate_rate=0.5), seed=1)
+    run = compile_for(tmp_path, emu)
+    submit(run)
+    progress = collect(run, emu, rounds=20)
+    assert progress.pending == 0
+    assert_complete(run)
+
+
+def test_missing_key_exits_2_before_any_call(emulator, tmp_path, monkeypatch):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    result = nspec_process("submit", str(run))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (
+        "no API key for anthropic/claude-haiku-4-5: set NSPEC_ANTHROPIC_API_KEY or ANTHROPIC_API_KEY" in result.stderr
+    )
+    assert batches_on(emu) == (0, 0) and not emu.emulation.store.files  # nothing was uploaded
+
+
+def test_missing_package_names_the_pip_command(emulator, tmp_path, monkeypatch):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # as if it were not installed
+    with pytest.raises(Exception, match="pip install anthropic"):
+        Session.open(str(run))
+
+
+def test_not_a_run_directory(tmp_path, cli):
+    result = cli("status", str(tmp_path))
+    assert result.code == 2 and "is not a run directory (no manifest.json)" in result.err
+
+
+def test_cli_exit_codes(emulator, tmp_path, cli):
+    emu = emulator()
+    run = compile_for(tmp_path, emu)
+    assert cli("submit", str(run)).code == 3  # submitted, still pending
+    assert cli("collect", str(run)).code == 3
+    emu.clock.advance(600)
+    done = cli("collect", str(run))
+    assert done.code == 0 and "16 results collected" in done.out
+    status = json.loads(cli("status", str(run), "--json").out)
+    assert [m["done"] for m in status["models"]] == [8, 8]
+
+
+def test_collect_wait_polls_until_done(emulator, tmp_path, cli):
+    emu = emulator(timing=Timing(validate_seconds=0.05, seconds_per_request=0.001, finalize_seconds=0.05))
+    run = compile_for(tmp_path, emu)
+    cli("submit", str(run))
+    waited = cli("collect", str(run), "--wait")
+    assert waited.code == 0 and len(results(run)) == 16
