@@ -266,6 +266,66 @@ def collect(
     _finish(progress.pending, progress.failed)
 
 
+@app.command()
+def score(run: Annotated[str, typer.Argument(help="The run directory.")]) -> None:
+    """Grade every answer with the spec's deterministic scorers into scores.jsonl."""
+    from nspec.runners.rundir import Run
+    from nspec.runners.scoring import score_run
+
+    counts = score_run(Run(run))
+    _stdout().print(
+        ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "nothing to score yet", markup=False
+    )
+
+
+@app.command()
+def report(run: Annotated[str, typer.Argument(help="The run directory.")]) -> None:
+    """Build report/: index.html (works offline) and one PNG per chart."""
+    from nspec.runners.report import build_report
+    from nspec.runners.rundir import Run
+
+    _stdout().print(str(build_report(Run(run))), markup=False)
+
+
+@app.command(name="run")
+def run_command(
+    spec: Annotated[str, typer.Argument(help="The spec file.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Poll until every request has a final result.")] = False,
+    out: Annotated[str, typer.Option("-o", "--out", help="Root folder of run directories.")] = "outputs",
+) -> None:
+    """Compile, submit, collect, score and report; running it again continues where it stopped.
+    Exit 3 while batches are pending (for cron: run again later)."""
+    from nspec.compiler.run_directory import compile_run
+    from nspec.runners.report import build_report
+    from nspec.runners.rundir import Run
+    from nspec.runners.scoring import score_run
+    from nspec.runners.session import Session
+
+    loaded = load_spec(spec)
+    path = compile_run(
+        loaded.data, loaded.base_dir, out, {"file": spec, "files": loaded.files, "git": git_state(spec)}
+    ).path
+    console = _stdout()
+    console.print(f"run directory: {path}", markup=False)
+    session = Session.open(str(path))
+    try:
+        session.submit()
+        progress = session.collect()
+        delay, (low, high) = None, session.poll_schedule()
+        while wait and progress.pending:
+            delay = low if delay is None else min(high, delay * 1.5)
+            time.sleep(delay)
+            progress = session.collect()
+    finally:
+        session.close()
+    if progress.pending:
+        _finish(progress.pending, progress.failed)
+    counts = score_run(Run(path))
+    console.print("scores: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), markup=False)
+    console.print(f"report: {build_report(Run(path))}", markup=False)
+    _finish(progress.pending, progress.failed)
+
+
 def _finish(pending: int, failed: int) -> None:
     """Exit 3 while requests are pending (for cron: run again later), 4 if some ended without an answer."""
     if pending:

@@ -303,3 +303,30 @@ def test_collect_wait_polls_until_done(emulator, tmp_path, cli):
     cli("submit", str(run))
     waited = cli("collect", str(run), "--wait")
     assert waited.code == 0 and len(results(run)) == 16
+
+
+def test_run_end_to_end_with_report(emulator, tmp_path, cli):
+    emu = emulator(timing=Timing(validate_seconds=0.05, seconds_per_request=0.001, finalize_seconds=0.05))
+    run = compile_for(tmp_path, emu, modes=("batch", "live"))
+    spec = str(tmp_path / "spec.yaml")
+    result = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    assert f"run directory: {run}" in result.out and "report:" in result.out
+    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 16 and {s["verdict"] for s in scores} <= {"pass", "fail", "undecided"}
+    assert sum(s["verdict"] == "pass" for s in scores) >= 12  # the oracle finds the needles
+    report = run / "report"
+    assert (report / "index.html").is_file() and sorted(p.name for p in report.glob("*.png")) == [
+        "heatmap-1.png",
+        "heatmap-2.png",
+    ]
+    assert "<script src=" not in (report / "index.html").read_text()  # Vega inlined: works offline
+    again = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert again.code == 0 and batches_on(emu) == (1, 0)  # continues where it stopped: nothing resent
+
+
+def test_run_without_wait_exits_3_while_pending(emulator, tmp_path, cli):
+    emu = emulator()
+    compile_for(tmp_path, emu)
+    result = cli("run", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"))
+    assert result.code == 3 and "16 requests pending" in result.err
