@@ -38,6 +38,7 @@ class Progress:
     pending: int = 0  # requests still waiting
     failed: int = 0  # requests that ended without an answer
     live: list[str] = field(default_factory=list)  # custom_ids to send live
+    rate_limited: int = 0  # 429s received by live calls
 
 
 class BatchRunner:

@@ -10,11 +10,9 @@ is appended as it arrives, so a crash loses only the requests in flight.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import inspect
 import json
 import random
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,30 +20,38 @@ from typing import Any
 
 from nspec.runners.providers import Credentials, Outcome, parse_anthropic, parse_openai
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
-
 
 @dataclass
 class Bucket:
+    """A per-minute budget spent evenly: it holds half a second's worth, so requests spread over the minute instead
+    of bursting a minute's budget at once (providers enforce limits over short windows too)."""
+
     per_minute: float | None
     level: float = 0.0
     stamp: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self.level = self.per_minute or 0.0
+        self.level = 1.0  # no opening burst: new connections bunch the first requests on arrival
+
+    @property
+    def capacity(self) -> float:
+        return max(1.0, (self.per_minute or 0) / 120)
 
     def delay(self, amount: float) -> float:
         """Seconds to wait before ``amount`` fits (and takes it when it does)."""
         if self.per_minute is None:
             return 0.0
         now = time.monotonic()
-        self.level = min(self.per_minute, self.level + (now - self.stamp) * self.per_minute / 60)
+        rate = self.per_minute / 60
+        self.level = min(max(self.capacity, amount), self.level + (now - self.stamp) * rate)
         self.stamp = now
-        amount = min(amount, self.per_minute)  # a single request larger than the budget waits for a full one
         if self.level >= amount:
             self.level -= amount
             return 0.0
-        return (amount - self.level) * 60 / self.per_minute
+        return (amount - self.level) / rate
+
+
+MARGIN = 0.98  # pace a little under a limit, so clock jitter between us and the provider never costs a 429
 
 
 class Limiter:
@@ -53,9 +59,9 @@ class Limiter:
 
     def __init__(self, limits: dict[str, Any]) -> None:
         self.slots = asyncio.Semaphore(int(limits.get("concurrency", 8)))
-        self.requests = Bucket(limits.get("requests_per_minute"))
-        self.tokens = Bucket(limits.get("tokens_per_minute"))
-        self.blocked_until = 0.0  # from headers: a budget is spent until then
+        self.requests = Bucket(_paced(limits.get("requests_per_minute")))
+        self.tokens = Bucket(_paced(limits.get("tokens_per_minute")))
+        self.blocked_until = 0.0  # a budget is spent (headers) or the provider asked us to wait (429) until then
         self.lock = asyncio.Lock()
 
     async def acquire(self, tokens: int) -> None:
@@ -77,53 +83,32 @@ class Limiter:
         self.slots.release()
 
     def learn(self, headers: Any, provider: str) -> None:
-        """Pause before the provider's own limits are hit, as its headers report them."""
-        if provider == "anthropic":
-            pairs = [
-                (
-                    headers.get(f"anthropic-ratelimit-{n}-remaining"),
-                    _until(headers.get(f"anthropic-ratelimit-{n}-reset")),
-                )
-                for n in ("requests", "tokens")
-            ]
-        else:
-            pairs = [
-                (headers.get(f"x-ratelimit-remaining-{n}"), _duration(headers.get(f"x-ratelimit-reset-{n}")))
-                for n in ("requests", "tokens")
-            ]
-        limits = [
-            headers.get(f"anthropic-ratelimit-{n}-limit")
-            if provider == "anthropic"
-            else headers.get(f"x-ratelimit-limit-{n}")
-            for n in ("requests", "tokens")
-        ]
-        for (remaining, reset), limit in zip(pairs, limits, strict=True):
-            if remaining is not None and reset is not None and int(remaining) <= 0:
-                # The reset is when the whole budget is back; one unit comes back after reset / limit.
-                unit = reset / max(1, int(limit)) if limit else reset
-                self.blocked_until = max(self.blocked_until, time.monotonic() + min(reset, max(unit, 0.001)))
+        """Adopt the provider's limits when the spec gave none, and pause when a budget is spent."""
+        for name, bucket_name in (("requests", "requests"), ("tokens", "tokens")):
+            if provider == "anthropic":
+                limit = headers.get(f"anthropic-ratelimit-{name}-limit")
+                remaining = headers.get(f"anthropic-ratelimit-{name}-remaining")
+            else:
+                limit = headers.get(f"x-ratelimit-limit-{name}")
+                remaining = headers.get(f"x-ratelimit-remaining-{name}")
+            if not limit:
+                continue
+            bucket: Bucket = getattr(self, bucket_name)
+            if bucket.per_minute is None:
+                setattr(self, bucket_name, Bucket(_paced(int(limit))))
+            if remaining is not None and int(remaining) <= 0:
+                # Spent: one unit of a per-minute budget comes back every 60 / limit seconds.
+                self.pause(60 / max(1, int(limit)))
+
+    def pause(self, seconds: float) -> None:
+        self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
+        # What accumulates during a pause must not go out as one burst into a provider that just said "wait".
+        self.requests.level = min(self.requests.level, 1.0)
+        self.tokens.level = min(self.tokens.level, self.tokens.capacity / 4)
 
 
-def _duration(text: str | None) -> float | None:
-    """OpenAI's reset durations: 1s, 6m0s, 250ms."""
-    if not text:
-        return None
-    m = _DURATION.match(text)
-    if not m:
-        return None
-    h, mins, s, ms = (float(x) if x else 0.0 for x in m.groups())
-    return h * 3600 + mins * 60 + s + ms / 1000
-
-
-def _until(stamp: str | None) -> float | None:
-    """Seconds until an RFC 3339 time (Anthropic's resets)."""
-    if not stamp:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max(0.0, when.timestamp() - time.time())
+def _paced(per_minute: Any) -> float | None:
+    return None if per_minute is None else float(per_minute) * MARGIN
 
 
 def retry_after(headers: Any) -> float | None:
@@ -152,6 +137,7 @@ class LiveCaller:
     """Sends live requests for one model through its SDK (async client, SDK retries off: the limiter retries)."""
 
     MAX_RATE_WAITS = 100  # a provider that keeps answering 429 for this long is down, not busy
+    rate_limited = 0  # 429s received
 
     def __init__(
         self,
@@ -190,6 +176,10 @@ class LiveCaller:
             if outcome.status == "ok" or not outcome.retryable:
                 return outcome
             limited = outcome.error is not None and outcome.error.get("code") == "429"
+            if limited:
+                self.rate_limited += 1
+            if limited and wait is not None:
+                self.limiter.pause(wait)  # the provider asked every request of this model to wait
             if limited and rate_waits < self.MAX_RATE_WAITS:
                 rate_waits += 1
             else:
@@ -232,16 +222,41 @@ async def _parsed(raw: Any) -> Any:
     return await parsed if inspect.isawaitable(parsed) else parsed
 
 
+@dataclass(frozen=True)
+class CallerSettings:
+    """What a model's live caller needs; callers (and their async clients) live inside one event loop."""
+
+    provider: str
+    creds: Credentials
+    limits: dict[str, Any]
+    attempts: int
+    backoff: float = 0.5
+
+
 async def run_live(
-    callers: dict[str, LiveCaller], requests: list[LiveRequest], on_result: Callable[[LiveRequest, Outcome], None]
-) -> None:
-    """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives."""
+    settings: dict[str, CallerSettings],
+    requests: list[LiveRequest],
+    on_result: Callable[[LiveRequest, Outcome], None],
+) -> int:
+    """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
+    number of 429s received."""
+    wanted = {r.model for r in requests}
+    callers = {
+        label: LiveCaller(s.provider, s.creds, s.limits, s.attempts, s.backoff)
+        for label, s in settings.items()
+        if label in wanted
+    }
 
     async def one(request: LiveRequest) -> None:
         outcome = await callers[request.model].call(request)
         on_result(request, outcome)
 
-    await asyncio.gather(*(one(r) for r in requests))
+    try:
+        await asyncio.gather(*(one(r) for r in requests))
+    finally:
+        for caller in callers.values():
+            await caller.client.close()
+    return sum(c.rate_limited for c in callers.values())
 
 
 def request_tokens(line: dict[str, Any], count: Callable[[str], int]) -> int:

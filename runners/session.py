@@ -22,7 +22,7 @@ from nspec.runners.batch import STAGE, BatchRunner
 from nspec.runners.batch import Progress as RunProgress
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Ledger
-from nspec.runners.live import LiveCaller, LiveRequest, request_tokens, run_live
+from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
 from nspec.runners.rundir import ResultsFile, Run, RunModel, shard_lines
 
@@ -32,7 +32,7 @@ class Session:
     run: Run
     ledger: Ledger
     batch: BatchRunner
-    callers: dict[str, LiveCaller]
+    callers: dict[str, CallerSettings]
 
     @classmethod
     def open(cls, path: str, live_backoff: float = 0.5) -> Session:
@@ -48,8 +48,8 @@ class Session:
         batch = BatchRunner(run, ledger)
         attempts, _ = run.retry_policy()
         callers = {
-            m.label: LiveCaller(
-                m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts, backoff=live_backoff
+            m.label: CallerSettings(
+                m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts, live_backoff
             )
             for m in run.models()
         }
@@ -156,7 +156,7 @@ class Session:
                 record(request, outcome)
                 advance(f"${cost[0]:.4f}")
 
-            asyncio.run(run_live(self.callers, requests, on_result))
+            progress.rate_limited += asyncio.run(run_live(self.callers, requests, on_result))
 
     def poll_schedule(self) -> tuple[float, float]:
         poll = self.run.spec.get("run", {}).get("poll", {})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import secrets
@@ -284,6 +285,7 @@ def build_app(emu: Emulation) -> Starlette:
         limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
         prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
         headers = live_limit("openai", body, prompt, int(limit))
+        await asyncio.sleep(config.timing.live_latency_seconds)
         completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
         return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
@@ -306,6 +308,7 @@ def build_app(emu: Emulation) -> Starlette:
             raise ApiError(400, "invalid_request_error", "This emulator does not stream.")
         prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
         headers = live_limit("anthropic", body, prompt, int(body["max_tokens"]))
+        await asyncio.sleep(config.timing.live_latency_seconds)
         message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8))
         return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
 

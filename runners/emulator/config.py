@@ -26,6 +26,7 @@ class Timing:
     finalize_seconds: float = 0.2
     cancel_seconds: float = 0.2
     completion_window_seconds: float = 24 * 3600
+    live_latency_seconds: float = 0.0  # how long every live call takes to answer
 
     @classmethod
     def realistic(cls) -> Timing:
