@@ -242,8 +242,8 @@ def test_request_errors_are_retried(emulator, tmp_path):
 
 
 def test_a_429_storm_ends_complete(emulator, tmp_path):
-    # 20 requests/s with half a second of burst, and the runner is not told: it learns from 429s and headers.
-    emu = emulator(rate_limits=RateLimits(requests_per_minute=1200, burst_seconds=0.5))
+    # 20 requests/s with a tenth of a second of burst, and the runner is not told: it learns from 429s and headers.
+    emu = emulator(rate_limits=RateLimits(requests_per_minute=1200, burst_seconds=0.1))  # 2 at once, 8 sent
     run = compile_for(tmp_path, emu, modes=("live", "live"), trials=3)
     progress = submit(run, live_backoff=0.01)
     assert emu.emulation.statuses[429] > 0  # there was a storm
