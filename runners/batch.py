@@ -143,7 +143,8 @@ class BatchRunner:
                 continue  # a line already handled before an interruption, or a batch that is not ours
             seen += 1
             self._handle(results, job, outcome, max_attempts, progress)
-        failpoint("after-download")
+            if seen == 1:
+                failpoint("during-download")
         if expected and seen == 0 and view.done:
             # An adopted batch whose custom_ids are not the shard's: release it and send the shard again.
             self.ledger.update_job(job.id, state="planned", batch_id=None, error="released: not our batch")
