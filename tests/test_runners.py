@@ -329,3 +329,19 @@ def test_run_without_wait_exits_3_while_pending(emulator, tmp_path, cli):
     compile_for(tmp_path, emu)
     result = cli("run", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"))
     assert result.code == 3 and "16 requests pending" in result.err
+
+
+@pytest.mark.parametrize("settings, kind", [("", "live"), (", batch_api: true, mode: batch", "batch")])
+def test_openai_compatible_servers(emulator, tmp_path, settings, kind):
+    """An OpenAI-compatible server runs live by default, and batch when the spec says it has /v1/batches."""
+    emu = emulator()
+    spec = tmp_path / "spec.yaml"
+    model = f'  - {{id: openai-compatible/llama-3-8b, base_url: "{emu.openai_base_url}"{settings}}}'
+    spec.write_text(SPEC.format(models=model, trials=1, attempts=3, live_below=0))
+    loaded = load_spec(str(spec))
+    run = compile_run(loaded.data, loaded.base_dir, tmp_path / "out", {}).path
+    submit(run)
+    collect(run, emu)
+    got = assert_complete(run)
+    assert {r["source"]["kind"] for r in got} == {kind}
+    assert batches_on(emu) == ((1, 0) if kind == "batch" else (0, 0))
