@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import traceback
 from typing import Annotated
 
@@ -39,6 +38,20 @@ def _stdout() -> Console:
 
 def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+_TEXT_COLUMNS = ("model", "mode", "tokenizer")
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="left" if column in _TEXT_COLUMNS else "right")
+    return table
+
+
+def _print_json(data: object) -> None:
+    _stdout().print(json.dumps(data, indent=2), markup=False)
 
 
 def _version(value: bool) -> None:
@@ -109,21 +122,22 @@ def plan(
     loaded = load_spec(spec)
     result = make_plan(loaded.data, loaded.base_dir).as_dict()
     if as_json:
-        _stdout().print(json.dumps(result, indent=2), markup=False)
+        _print_json(result)
         return
-    table = Table(title=f"{result['name']} (run id {result['run_id']})", title_justify="left")
-    for column in (
-        "model",
-        "mode",
-        "cells",
-        "requests",
-        "input tokens",
-        "output tokens (max)",
-        "tokenizer",
-        "cost live",
-        "cost batch",
-    ):
-        table.add_column(column, justify="left" if column in ("model", "mode", "tokenizer") else "right")
+    table = _table(
+        f"{result['name']} (run id {result['run_id']})",
+        (
+            "model",
+            "mode",
+            "cells",
+            "requests",
+            "input tokens",
+            "output tokens (max)",
+            "tokenizer",
+            "cost live",
+            "cost batch",
+        ),
+    )
     for m in result["models"]:
         tokenizer = m["tokenizer"]["name"] + ("" if m["tokenizer"]["exact"] else " (inexact)")
         table.add_row(
@@ -201,22 +215,23 @@ def status(
     finally:
         session.close()
     if as_json:
-        _stdout().print(json.dumps(report, indent=2), markup=False)
+        _print_json(report)
         return
-    table = Table(title=f"{report['run']} ({report['stage']})", title_justify="left")
-    for column in (
-        "model",
-        "mode",
-        "requests",
-        "done",
-        "failed",
-        "retrying",
-        "pending",
-        "input tokens",
-        "output tokens",
-        "cost",
-    ):
-        table.add_column(column, justify="left" if column in ("model", "mode") else "right")
+    table = _table(
+        f"{report['run']} ({report['stage']})",
+        (
+            "model",
+            "mode",
+            "requests",
+            "done",
+            "failed",
+            "retrying",
+            "pending",
+            "input tokens",
+            "output tokens",
+            "cost",
+        ),
+    )
     for m in report["models"]:
         table.add_row(
             m["model"],
@@ -253,13 +268,7 @@ def collect(
 
     session = Session.open(run)
     try:
-        progress = session.collect()
-        delay, (low, high) = None, session.poll_schedule()
-        while wait and progress.pending:
-            delay = low if delay is None else min(high, delay * 1.5)
-            _stderr().print(f"{progress.pending} requests pending; polling again in {delay:.0f}s", markup=False)
-            time.sleep(delay)
-            progress = session.collect()
+        progress = session.collect(wait, _waiting)
     finally:
         session.close()
     _stdout().print(f"{progress.collected} results collected", markup=False)
@@ -310,12 +319,7 @@ def run_command(
     session = Session.open(str(path))
     try:
         session.submit()
-        progress = session.collect()
-        delay, (low, high) = None, session.poll_schedule()
-        while wait and progress.pending:
-            delay = low if delay is None else min(high, delay * 1.5)
-            time.sleep(delay)
-            progress = session.collect()
+        progress = session.collect(wait, _waiting)
     finally:
         session.close()
     if progress.pending:
@@ -324,6 +328,10 @@ def run_command(
     console.print("scores: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), markup=False)
     console.print(f"report: {build_report(Run(path))}", markup=False)
     _finish(progress.pending, progress.failed)
+
+
+def _waiting(pending: int, delay: float) -> None:
+    _stderr().print(f"{pending} requests pending; polling again in {delay:.0f}s", markup=False)
 
 
 def _finish(pending: int, failed: int) -> None:

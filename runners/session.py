@@ -69,7 +69,21 @@ class Session:
         self._count(progress)
         return progress
 
-    def collect(self) -> RunProgress:
+    def collect(self, wait: bool = False, on_wait: Callable[[int, float], None] | None = None) -> RunProgress:
+        """Collect what is ready; with ``wait``, poll on the spec's backing-off schedule until nothing is pending
+        (``on_wait(pending, delay)`` is told before each sleep)."""
+        progress = self._collect_once()
+        low, high = self.poll_schedule()
+        delay = low
+        while wait and progress.pending:
+            if on_wait is not None:
+                on_wait(progress.pending, delay)
+            time.sleep(delay)
+            progress = self._collect_once()
+            delay = min(high, delay * 1.5)
+        return progress
+
+    def _collect_once(self) -> RunProgress:
         progress = RunProgress()
         results = ResultsFile(self.run.path / "answers" / "results.jsonl")
         try:
