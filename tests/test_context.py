@@ -55,8 +55,8 @@ def test_built_context_is_exact(haystacks, name, length, depths, offset, prefix,
     try:
         built = build_context(tt, tokenizer, start, parts, inserts, length)
     except FitError:
-        small = fixed_tokens(tokenizer, parts) + reserve + sum(len(tokenizer.encode(n)) for n in needles) + 40
-        assert length < small  # only when the prompt and needles alone nearly fill the length
+        own = fixed_tokens(tokenizer, parts) + sum(len(tokenizer.encode(n)) for n in needles) + 40
+        assert length < tokenizer.scale(own) + reserve  # only when the prompt and needles alone nearly fill it
         return
     # The recorded count is the real one, and the request fits with almost nothing to spare.
     assert built.tokens == request_tokens(tokenizer, system, built.user, prefill)
