@@ -634,3 +634,39 @@ def test_ten_thousand_requests_per_provider(make_emulator):
     emu.clock.advance(60)
     assert messages.messages.batches.retrieve(mbatch.id).request_counts.succeeded == 10_000
     assert sum(1 for _ in messages.messages.batches.results(mbatch.id)) == 10_000
+
+
+def test_emulator_command(tmp_path):
+    """`nspec emulator` in its own process: prints its base URLs, serves the SDKs, stops on SIGTERM."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "emulator.yaml"
+    config.write_text("api_key: secret\nresponder: {kind: echo}\n")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "nspec", "emulator", "--port", "0", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        openai_url = server.stdout.readline().split()[-1]
+        anthropic_url = server.stdout.readline().split()[-1]
+        assert openai_url == anthropic_url + "/v1"
+        client = openai.OpenAI(api_key="secret", base_url=openai_url, max_retries=0, _strict_response_validation=True)
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "echo me"}])
+        assert reply.choices[0].message.content == "echo me"
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(api_key="wrong", base_url=openai_url, max_retries=0).batches.list()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert server.returncode is not None
+
+
+def test_emulator_command_bad_config(tmp_path, cli):
+    config = tmp_path / "bad.yaml"
+    config.write_text("faults: {sever_error_rate: 1}\n")
+    result = cli("emulator", "--port", "0", "--config", str(config))
+    assert result.code == 2
+    assert "unknown key `config.faults.sever_error_rate`" in result.err
