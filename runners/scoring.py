@@ -65,6 +65,15 @@ def normalize(text: str, options: dict[str, Any] | None) -> str:
     return text
 
 
+def found_in(value: str, text: str) -> bool:
+    """Whether ``value`` occurs in ``text`` as whole words: "No" is not found in "Nothing", 42 not in 1423."""
+    if not value:
+        return False
+    start = r"(?<!\w)" if value[0].isalnum() or value[0] == "_" else ""
+    end = r"(?!\w)" if value[-1].isalnum() or value[-1] == "_" else ""
+    return re.search(start + re.escape(value) + end, text) is not None
+
+
 def _values(template: str, expected: list[str]) -> list[str]:
     return [template.replace("{answer}", e) for e in expected]
 
@@ -75,7 +84,7 @@ def _options(value: Any) -> dict[str, Any]:
 
 def says_not_found(answer: str, phrases: tuple[str, ...]) -> bool:
     text = normalize(answer, None)
-    return any(normalize(p, None) in text for p in phrases)
+    return any(found_in(normalize(p, None), text) for p in phrases)
 
 
 def score_one(kind: str, spec: Any, answer: str, expected: list[str]) -> Verdict:
@@ -93,7 +102,7 @@ def score_one(kind: str, spec: Any, answer: str, expected: list[str]) -> Verdict
                 "equals the expected answer" if hit else "the answer is not exactly the expected one",
                 1.0 if hit else None,
             )
-        found = [w for w in wanted if w in got]
+        found = [w for w in wanted if found_in(w, got)]
         if kind == "contains":
             ok = len(found) == len(wanted)
             return Verdict(
@@ -134,7 +143,7 @@ def score_one(kind: str, spec: Any, answer: str, expected: list[str]) -> Verdict
     if kind == "rails":
         phrases = tuple(opts.get("not_found", NOT_FOUND))
         norm = opts.get("normalize")
-        has_answer = all(normalize(e, norm) in normalize(answer, norm) for e in expected) if expected else False
+        has_answer = all(found_in(normalize(e, norm), normalize(answer, norm)) for e in expected) if expected else False
         not_found = says_not_found(answer, phrases)
         if has_answer and not not_found:
             return Verdict(kind, "pass", "snaps to the expected answer", 1.0)

@@ -108,3 +108,28 @@ def test_failed_requests_are_errors_not_failures():
 
 def test_normalize():
     assert normalize("  The  Answer:\n 1,234,567 ", {"punctuation": True}) == "the answer 1234567"
+
+
+@pytest.mark.parametrize(
+    "answer, verdict",
+    [
+        ("No.", "pass"),
+        ("No, the document never says so.", "pass"),
+        ("Nothing in the text says that.", "fail"),  # "No" is not a word of it
+        ("I do not know.", "fail"),
+    ],
+)
+def test_no_as_the_right_answer(answer, verdict):
+    assert score_one("contains", "{answer}", answer, ["No"]).verdict == verdict
+
+
+def test_numbers_match_whole():
+    assert score_one("contains", "{answer}", "The code is 1423.", ["42"]).verdict == "fail"
+    assert score_one("contains", "{answer}", "The code is 42.", ["42"]).verdict == "pass"
+
+
+def test_refusals_are_not_answers():
+    refusal = "I'm sorry, but I can't help with that."
+    assert score_one("contains", "{answer}", refusal, ["4518823"]).verdict == "fail"
+    assert score_one("rails", {"not_found": list(NOT_FOUND)}, refusal, ["4518823"]).verdict == "undecided"
+    assert score_negative(refusal, NOT_FOUND).verdict == "fail"
