@@ -135,14 +135,14 @@ def plan(spec: dict[str, Any], base_dir: str) -> Plan:
     return Plan(spec["name"], digest[:12], digest, _haystack_info(source), models)
 
 
-class _ShardWriter:
+class ShardWriter:
     """Writes one model's request lines into shards no larger than the provider (or the spec) allows."""
 
-    def __init__(self, folder: Path, model: Model, caps: dict[str, Any]) -> None:
+    def __init__(self, folder: Path, model: Model, caps: dict[str, Any], stage: str = "answers") -> None:
         max_lines, max_bytes = LIMITS[FORMATS[model.provider]]
         self.max_lines = min(max_lines, caps.get("max_requests", max_lines))
         self.max_bytes = min(max_bytes, caps.get("max_bytes", max_bytes))
-        self.folder, self.model = folder, model
+        self.folder, self.model, self.stage = folder, model, stage
         self.shards: list[dict[str, Any]] = []
         self._fh: IO[bytes] | None = None
         self._hash: Any = None
@@ -166,7 +166,7 @@ class _ShardWriter:
 
     def _open(self) -> None:
         self.close()
-        name = f"answers/requests/{self.model.slug}-{len(self.shards) + 1:04d}.jsonl"
+        name = f"{self.stage}/requests/{self.model.slug}-{len(self.shards) + 1:04d}.jsonl"
         self._fh = open(self.folder / name, "wb")  # noqa: SIM115 - closed in close()
         self._hash = hashlib.sha256()
         self.shards.append({"file": name, "requests": 0, "bytes": 0, "sha256": ""})
@@ -224,7 +224,7 @@ def _write(
     yaml.dump(spec, yaml_text)
     (folder / "spec.yaml").write_text(yaml_text.getvalue(), encoding="utf-8")
     caps = spec.get("run", {}).get("shard", {})
-    writers = {m.label: _ShardWriter(folder, m, caps) for m in maker.models}
+    writers = {m.label: ShardWriter(folder, m, caps) for m in maker.models}
     totals = {m.label: ModelTotals(m) for m in maker.models}
     seen: set[str] = set()
     with open(folder / "cells.jsonl", "wb") as cells_file:

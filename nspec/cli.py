@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -207,16 +207,24 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """What is pending, done and failed, per model; batches with provider status and age; tokens and cost so far."""
-    from nspec.runners.session import Session
+    from nspec.runners.rundir import Run
+    from nspec.runners.session import Session, stages
 
-    session = Session.open(run)
-    try:
-        report = session.status()
-    finally:
-        session.close()
+    reports = []
+    for stage in stages(Run(run)):
+        session = Session.open(run, stage=stage)
+        try:
+            reports.append(session.status())
+        finally:
+            session.close()
     if as_json:
-        _print_json(report)
+        _print_json({"run": run, "stages": reports})
         return
+    for report in reports:
+        _print_status(report)
+
+
+def _print_status(report: dict[str, Any]) -> None:
     table = _table(
         f"{report['run']} ({report['stage']})",
         (
@@ -264,27 +272,35 @@ def collect(
 ) -> None:
     """Download finished results into answers/results.jsonl; resubmit failed and expired requests per the retry
     policy. Exit 3 while requests are pending, 4 if some ended without an answer."""
-    from nspec.runners.session import Session
+    from nspec.runners.rundir import Run
+    from nspec.runners.session import Session, stages
 
-    session = Session.open(run)
-    try:
-        progress = session.collect(wait, _waiting)
-    finally:
-        session.close()
-    _stdout().print(f"{progress.collected} results collected", markup=False)
-    _finish(progress.pending, progress.failed)
+    pending = failed = 0
+    for stage in stages(Run(run)):
+        session = Session.open(run, stage=stage)
+        try:
+            progress = session.collect(wait, _waiting)
+        finally:
+            session.close()
+        _stdout().print(f"{stage}: {progress.collected} results collected", markup=False)
+        pending, failed = pending + progress.pending, failed + progress.failed
+    _finish(pending, failed)
 
 
 @app.command()
-def score(run: Annotated[str, typer.Argument(help="The run directory.")]) -> None:
-    """Grade every answer with the spec's deterministic scorers into scores.jsonl."""
-    from nspec.runners.rundir import Run
-    from nspec.runners.scoring import score_run
+def score(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,
+) -> None:
+    """Grade every answer: deterministic scorers first, then the spec's judges (a second batch stage) for what they
+    leave undecided; scores.jsonl. Exit 3 while judge requests are pending."""
+    from nspec.runners.session import grade
 
-    counts = score_run(Run(run))
+    counts, pending = grade(run, wait, _waiting)
     _stdout().print(
         ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "nothing to score yet", markup=False
     )
+    _finish(pending, 0)
 
 
 @app.command()
@@ -307,8 +323,7 @@ def run_command(
     from nspec.compiler.run_directory import compile_run
     from nspec.runners.report import build_report
     from nspec.runners.rundir import Run
-    from nspec.runners.scoring import score_run
-    from nspec.runners.session import Session
+    from nspec.runners.session import Session, grade
 
     loaded = load_spec(spec)
     path = compile_run(
@@ -324,8 +339,10 @@ def run_command(
         session.close()
     if progress.pending:
         _finish(progress.pending, progress.failed)
-    counts = score_run(Run(path))
+    counts, judging = grade(str(path), wait, _waiting)
     console.print("scores: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), markup=False)
+    if judging:
+        _finish(judging, 0)
     console.print(f"report: {build_report(Run(path))}", markup=False)
     _finish(progress.pending, progress.failed)
 

@@ -25,8 +25,6 @@ from nspec.runners.ledger import Job, Ledger
 from nspec.runners.providers import AnthropicBatches, OpenAIBatches, Outcome, batch_client, credentials, transient
 from nspec.runners.rundir import ResultsFile, Run, shard_lines
 
-STAGE = "answers"
-
 
 @dataclass
 class Progress:
@@ -42,10 +40,11 @@ class Progress:
 
 
 class BatchRunner:
-    def __init__(self, run: Run, ledger: Ledger) -> None:
+    def __init__(self, run: Run, ledger: Ledger, stage: str = "answers") -> None:
         self.run = run
         self.ledger = ledger
-        self.models = {m.label: m for m in run.models()}
+        self.stage = stage
+        self.models = {m.label: m for m in run.models(stage)}
         self.batch_models = [m for m in self.models.values() if m.mode == "batch"]
         # Every key and package is checked before anything is uploaded.
         self.clients: dict[str, OpenAIBatches | AnthropicBatches] = {
@@ -54,19 +53,19 @@ class BatchRunner:
 
     def plan(self) -> None:
         """Record the compiled shards as jobs (once)."""
-        known = {j.shard for j in self.ledger.jobs(STAGE)}
+        known = {j.shard for j in self.ledger.jobs(self.stage)}
         for model in self.batch_models:
             for shard in model.shards:
                 if shard["file"] not in known:
                     ids = [cid for cid, _ in shard_lines(self.run.path / shard["file"])]
-                    self.ledger.add_job(STAGE, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
+                    self.ledger.add_job(self.stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
 
     def submit(self, progress: Progress) -> None:
         self.plan()
         self._advance_all(("planned", "uploaded", "creating"), progress)
 
     def _advance_all(self, states: tuple[str, ...], progress: Progress) -> None:
-        for job in self.ledger.jobs(STAGE, states):
+        for job in self.ledger.jobs(self.stage, states):
             if job.model not in self.clients:
                 continue
             try:
@@ -109,7 +108,7 @@ class BatchRunner:
     def collect(self, results: ResultsFile, progress: Progress) -> None:
         max_attempts, live_below = self.run.retry_policy()
         self._reconcile(results)
-        for job in self.ledger.jobs(STAGE, ("created",)):
+        for job in self.ledger.jobs(self.stage, ("created",)):
             try:
                 self._collect_job(job, results, max_attempts, progress)
             except Exception as exc:
@@ -127,7 +126,7 @@ class BatchRunner:
             return
         expected = {
             row["custom_id"]
-            for row in self.ledger.requests_in(STAGE, job.model, "submitted")
+            for row in self.ledger.requests_in(self.stage, job.model, "submitted")
             if row["job_id"] == job.id
         }
         if view.status == "failed":  # refused as a whole (validation): sending it again would fail again
@@ -138,7 +137,7 @@ class BatchRunner:
             self.ledger.update_job(job.id, state="failed", error=reason)
             return
         seen = 0
-        for outcome in client.download(view, self.run.path / "answers" / "downloads"):
+        for outcome in client.download(view, self.run.path / self.stage / "downloads"):
             if outcome.custom_id not in expected:
                 continue  # a line already handled before an interruption, or a batch that is not ours
             seen += 1
@@ -159,7 +158,7 @@ class BatchRunner:
         """Results written before a crash that the ledger does not know as final yet."""
         for model in self.batch_models:
             for state in ("submitted", "retry", "pending"):
-                for row in list(self.ledger.requests_in(STAGE, model.label, state)):
+                for row in list(self.ledger.requests_in(self.stage, model.label, state)):
                     if row["custom_id"] in results.ids:
                         self.ledger.finish(row["custom_id"], "done", None, 0, 0, "recovered")
 
@@ -175,7 +174,7 @@ class BatchRunner:
     def _final(self, results: ResultsFile, custom_id: str, job: Job, outcome: Outcome, progress: Progress) -> None:
         record = {
             "cell_id": custom_id,
-            "stage": STAGE,
+            "stage": self.stage,
             "model": job.model,
             **outcome.as_result(),
             "source": {"kind": "batch", "batch_id": job.batch_id, "attempt": job.attempt},
@@ -189,7 +188,7 @@ class BatchRunner:
     def _resubmit(self, live_below: int, progress: Progress) -> None:
         """Requests to retry: a small remainder goes live; the rest into new shards, submitted now."""
         for model in self.batch_models:
-            rows = list(self.ledger.requests_in(STAGE, model.label, "retry"))
+            rows = list(self.ledger.requests_in(self.stage, model.label, "retry"))
             if not rows:
                 continue
             if len(rows) < live_below:
@@ -197,8 +196,10 @@ class BatchRunner:
                 continue
             attempt = max(r["attempts"] for r in rows) + 1
             wanted = {r["custom_id"] for r in rows}
-            slug = Path(model.shards[0]["file"]).name.rsplit("-", 1)[0]
-            shard = f"answers/requests/{slug}-retry{attempt}-{len(self.ledger.jobs(STAGE)) + 1:04d}.jsonl"
+            first = Path(model.shards[0]["file"])
+            slug = first.name.rsplit("-", 1)[0]
+            number = len(self.ledger.jobs(self.stage)) + 1
+            shard = str(first.parent / f"{slug}-retry{attempt}-{number:04d}.jsonl")
             lines = [
                 line for s in model.shards for cid, line in shard_lines(self.run.path / s["file"]) if cid in wanted
             ]
@@ -208,5 +209,5 @@ class BatchRunner:
             tmp.replace(target)
             sha = hashlib.sha256(target.read_bytes()).hexdigest()
             self.ledger.mark_retry(sorted(wanted), shard)
-            self.ledger.add_job(STAGE, model.label, model.provider, shard, sha, sorted(wanted), attempt)
+            self.ledger.add_job(self.stage, model.label, model.provider, shard, sha, sorted(wanted), attempt)
         self._advance_all(("planned",), progress)

@@ -196,11 +196,14 @@ class LiveCaller:
         cid = request.custom_id
         try:
             if self.provider == "anthropic":
-                raw = await self.client.messages.with_raw_response.create(**request.line["params"])
+                raw = await self.client.messages.with_raw_response.create(
+                    **_split(self.client.messages.create, request.line["params"])
+                )
                 message = (await _parsed(raw)).model_dump(mode="json")
                 line = {"custom_id": cid, "result": {"type": "succeeded", "message": message}}
                 return parse_anthropic(line), raw.headers, None
-            raw = await self.client.chat.completions.with_raw_response.create(**request.line["body"])
+            create = self.client.chat.completions.create
+            raw = await self.client.chat.completions.with_raw_response.create(**_split(create, request.line["body"]))
             body = (await _parsed(raw)).model_dump(mode="json")
             return parse_openai({"custom_id": cid, "response": {"status_code": 200, "body": body}}), raw.headers, None
         except (openai.APIStatusError, anthropic.APIStatusError) as exc:
@@ -214,6 +217,15 @@ class LiveCaller:
             )
         except (openai.APIConnectionError, anthropic.APIConnectionError) as exc:
             return Outcome(cid, "error", error={"code": "connection", "message": str(exc)[:500]}), None, None
+
+
+def _split(method: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for an SDK method: the body's fields the method declares, the rest (provider-specific
+    parameters this SDK version does not know) passed through as `extra_body`, as the batch line would send them."""
+    declared = inspect.signature(method).parameters
+    known = {k: v for k, v in body.items() if k in declared}
+    extra = {k: v for k, v in body.items() if k not in declared}
+    return {**known, "extra_body": extra} if extra else known
 
 
 async def _parsed(raw: Any) -> Any:

@@ -34,11 +34,19 @@ class Run:
         self.spec: dict[str, Any] = YAML(typ="safe", pure=True).load((self.path / "spec.yaml").read_text("utf-8"))
         self.run_id: str = self.manifest["run_id"]
 
-    def models(self) -> list[RunModel]:
-        entries = {m.get("name", m["id"]): m for m in self.spec["models"]}
+    def models(self, stage: str = "answers") -> list[RunModel]:
+        """The models of a stage: the models under test (`answers`), or the judges (`judge`, once compiled)."""
+        if stage == "answers":
+            entries = {m.get("name", m["id"]): m for m in self.spec["models"]}
+            listed = self.manifest["models"]
+        else:
+            manifest = self.path / stage / "manifest.json"
+            if not manifest.is_file():
+                return []
+            listed = json.loads(manifest.read_text("utf-8"))["models"]
+            entries = {m["label"]: m["entry"] for m in listed}
         return [
-            RunModel(m["label"], m["id"].split("/", 1)[0], m["mode"], entries[m["label"]], m["shards"])
-            for m in self.manifest["models"]
+            RunModel(m["label"], m["id"].split("/", 1)[0], m["mode"], entries[m["label"]], m["shards"]) for m in listed
         ]
 
     def ledger(self) -> Ledger:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nspec.runners import judging
 from nspec.runners.rundir import Run
 
 # Phrases that mean "the context does not say", used for negative controls unless a rails scorer gives its own.
@@ -205,10 +206,32 @@ def score_cell(scoring: list[dict[str, Any]], cell: dict[str, Any], result: dict
     }
 
 
+def apply_votes(line: dict[str, Any], votes: list[dict[str, Any]], judges: int, rule: str) -> dict[str, Any]:
+    """Fold a cell's judge votes into its score line, once every judge has voted. Judges decide what the scorers
+    left undecided; where a scorer decided (judges asked `always`, to calibrate), its verdict stands."""
+    line = {**line, "votes": votes}
+    if len(votes) < judges:
+        return line
+    verdict = judging.combine([v["vote"] for v in votes], rule)
+    line["judge_verdict"] = verdict
+    if line["verdict"] == "undecided":
+        line.update(
+            verdict=verdict,
+            score=1.0 if verdict == "pass" else 0.0,
+            reason=f"judges: {sum(v['vote'] == 'pass' for v in votes)} of {len(votes)} pass ({rule})",
+        )
+    return line
+
+
 def score_run(run: Run) -> dict[str, int]:
-    """Score every cell with a result into scores.jsonl (rewritten whole: scoring is cheap and deterministic)."""
+    """Score every cell with a result into scores.jsonl (rewritten whole: scoring is cheap and deterministic),
+    with the judges' votes where the judge stage has them."""
     scoring = run.spec.get("scoring") or [{"contains": "{answer}"}]
     results = _results(run.path / "answers" / "results.jsonl")
+    votes = judging.votes(run)
+    judge_manifest = judging.manifest_of(run)
+    judges = len(judge_manifest["models"]) if judge_manifest else 0
+    rule = judge_manifest["vote"] if judge_manifest else "majority"
     counts: dict[str, int] = {}
     tmp = run.path / "scores.jsonl.part"
     with open(tmp, "w", encoding="utf-8") as out:
@@ -217,6 +240,8 @@ def score_run(run: Run) -> dict[str, int]:
             if result is None:
                 continue
             line = score_cell(scoring, cell, result)
+            if cell["cell_id"] in votes:
+                line = apply_votes(line, votes[cell["cell_id"]], judges, rule)
             counts[line["verdict"]] = counts.get(line["verdict"], 0) + 1
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
     tmp.replace(run.path / "scores.jsonl")

@@ -18,13 +18,15 @@ from rich.text import Text
 from nspec.compiler.prices import price_for
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError
-from nspec.runners.batch import STAGE, BatchRunner
+from nspec.runners.batch import BatchRunner
 from nspec.runners.batch import Progress as RunProgress
 from nspec.runners.failpoints import failpoint
+from nspec.runners.judging import compile_judges
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
 from nspec.runners.rundir import ResultsFile, Run, RunModel, shard_lines
+from nspec.runners.scoring import score_run
 
 
 @dataclass
@@ -33,27 +35,28 @@ class Session:
     ledger: Ledger
     batch: BatchRunner
     callers: dict[str, CallerSettings]
+    stage: str
 
     @classmethod
-    def open(cls, path: str, live_backoff: float = 0.5) -> Session:
+    def open(cls, path: str, live_backoff: float = 0.5, stage: str = "answers") -> Session:
         """Open a run; every key and package is checked here, before anything is sent."""
         run = Run(path)
-        local = [m.label for m in run.models() if m.provider == "local"]
+        local = [m.label for m in run.models(stage) if m.provider == "local"]
         if local:
             raise UserError(
                 f"{', '.join(local)}: local models run on the local engine, which this version of nspec "
                 "does not include yet"
             )
         ledger = run.ledger()
-        batch = BatchRunner(run, ledger)
+        batch = BatchRunner(run, ledger, stage)
         attempts, _ = run.retry_policy()
         callers = {
             m.label: CallerSettings(
                 m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts, live_backoff
             )
-            for m in run.models()
+            for m in run.models(stage)
         }
-        return cls(run, ledger, batch, callers)
+        return cls(run, ledger, batch, callers, stage)
 
     def close(self) -> None:
         self.ledger.close()
@@ -61,9 +64,9 @@ class Session:
     def submit(self) -> RunProgress:
         progress = RunProgress()
         self.batch.submit(progress)
-        results = ResultsFile(self.run.path / "answers" / "results.jsonl")
+        results = ResultsFile(self.run.path / self.stage / "results.jsonl")
         try:
-            self._live([m for m in self.run.models() if m.mode == "live"], results, progress)
+            self._live([m for m in self.run.models(self.stage) if m.mode == "live"], results, progress)
         finally:
             results.close()
         self._count(progress)
@@ -85,40 +88,40 @@ class Session:
 
     def _collect_once(self) -> RunProgress:
         progress = RunProgress()
-        results = ResultsFile(self.run.path / "answers" / "results.jsonl")
+        results = ResultsFile(self.run.path / self.stage / "results.jsonl")
         try:
             self.batch.collect(results, progress)
             if progress.live:
                 self._send_live(progress.live, results, progress)
-            self._live([m for m in self.run.models() if m.mode == "live"], results, progress)
+            self._live([m for m in self.run.models(self.stage) if m.mode == "live"], results, progress)
         finally:
             results.close()
         self._count(progress)
         return progress
 
     def _count(self, progress: RunProgress) -> None:
-        for entry in self.ledger.counts(STAGE).values():
+        for entry in self.ledger.counts(self.stage).values():
             states = entry["states"]
             progress.pending += sum(states.get(s, 0) for s in ("pending", "submitted", "retry"))
             progress.failed += states.get("failed", 0)
-        planned = {m.label for m in self.run.models()}
-        recorded = set(self.ledger.counts(STAGE))
-        for model in self.run.models():  # live models not registered yet
+        planned = {m.label for m in self.run.models(self.stage)}
+        recorded = set(self.ledger.counts(self.stage))
+        for model in self.run.models(self.stage):  # live models not registered yet
             if model.label in planned - recorded:
                 progress.pending += sum(s["requests"] for s in model.shards)
 
     def _live(self, models: list[RunModel], results: ResultsFile, progress: RunProgress) -> None:
         """Register live models' requests (once) and send every one without a final result."""
-        known = {j.shard for j in self.ledger.jobs(STAGE)}
+        known = {j.shard for j in self.ledger.jobs(self.stage)}
         wanted: list[str] = []
         for model in models:
             for shard in model.shards:
                 if shard["file"] not in known:
                     ids = [cid for cid, _ in shard_lines(self.run.path / shard["file"])]
-                    self.ledger.add_job(STAGE, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
-                    self.ledger.update_job(self.ledger.jobs(STAGE)[-1].id, state="live")
+                    self.ledger.add_job(self.stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
+                    self.ledger.update_job(self.ledger.jobs(self.stage)[-1].id, state="live")
             for state in ("pending", "submitted", "retry"):
-                wanted += [r["custom_id"] for r in self.ledger.requests_in(STAGE, model.label, state)]
+                wanted += [r["custom_id"] for r in self.ledger.requests_in(self.stage, model.label, state)]
         if wanted:
             self._send_live(wanted, results, progress)
 
@@ -130,7 +133,7 @@ class Session:
                 self.ledger.finish(cid, "done", None, 0, 0, "recovered")
             elif row["state"] not in ("done", "failed"):
                 by_model.setdefault(row["model"], set()).add(cid)
-        models = {m.label: m for m in self.run.models()}
+        models = {m.label: m for m in self.run.models(self.stage)}
         requests: list[LiveRequest] = []
         for label, ids in by_model.items():
             model = models[label]
@@ -149,7 +152,7 @@ class Session:
             results.append(
                 {
                     "cell_id": request.custom_id,
-                    "stage": STAGE,
+                    "stage": self.stage,
                     "model": request.model,
                     **outcome.as_result(),
                     "source": {"kind": "live"},
@@ -178,9 +181,9 @@ class Session:
 
     def status(self) -> dict[str, Any]:
         now = time.time()
-        counts = self.ledger.counts(STAGE)
+        counts = self.ledger.counts(self.stage)
         models = []
-        for model in self.run.models():
+        for model in self.run.models(self.stage):
             entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0})
             price = price_for(model.entry["id"], model.entry.get("price"))
             cost = (
@@ -211,12 +214,12 @@ class Session:
                             "attempt": j.attempt,
                             "age_seconds": None if j.created_at is None else round(now - j.created_at),
                         }
-                        for j in self.ledger.jobs(STAGE)
+                        for j in self.ledger.jobs(self.stage)
                         if j.model == model.label and j.batch_id
                     ],
                 }
             )
-        return {"run": str(self.run.path), "run_id": self.run.run_id, "stage": STAGE, "models": models}
+        return {"run": str(self.run.path), "run_id": self.run.run_id, "stage": self.stage, "models": models}
 
 
 class _Rate(ProgressColumn):
@@ -252,3 +255,26 @@ class _progress_bar:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def stages(run: Run) -> list[str]:
+    """The stages a run has so far: answers, and judge once it is compiled."""
+    return ["answers"] + (["judge"] if run.models("judge") else [])
+
+
+def grade(
+    path: str, wait: bool = False, on_wait: Callable[[int, float], None] | None = None, live_backoff: float = 0.5
+) -> tuple[dict[str, int], int]:
+    """Score deterministically; send what the scorers leave to the judges (once) through the judge stage; fold the
+    votes in. Returns the verdict counts and how many judge requests are still pending."""
+    run = Run(path)
+    counts = score_run(run)
+    if not compile_judges(run):
+        return counts, 0
+    session = Session.open(path, live_backoff, stage="judge")
+    try:
+        session.submit()
+        progress = session.collect(wait, on_wait)
+    finally:
+        session.close()
+    return score_run(run), progress.pending

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from nspec.cli import main
+from nspec.runners.emulator import Emulator, EmulatorConfig
+from nspec.runners.emulator.config import Timing
+from nspec.runners.providers import SDK_RETRIES_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
@@ -64,3 +67,27 @@ def spec_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., 
         return os.path.relpath(path, tmp_path)
 
     return write
+
+
+@pytest.fixture
+def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys for the emulator, and no SDK-level retries (so no test sleeps on a retry delay)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv(SDK_RETRIES_ENV, "0")
+
+
+@pytest.fixture
+def emulator() -> Iterator[Callable[..., Emulator]]:
+    """Start emulators (ports chosen by the OS) with fast lifecycles; all are stopped at the end."""
+    running = []
+
+    def start(**sections: object) -> Emulator:
+        timing = Timing(validate_seconds=1, seconds_per_request=0.1, finalize_seconds=1)
+        emu = Emulator(EmulatorConfig(**{"timing": timing, **sections})).start()  # type: ignore[arg-type]
+        running.append(emu)
+        return emu
+
+    yield start
+    for emu in running:
+        emu.stop()

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from nspec.compiler.run_directory import compile_run
-from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Faults, RateLimits, Timing
 from nspec.runners.failpoints import ENV as FAILPOINT
-from nspec.runners.providers import SDK_RETRIES_ENV
 from nspec.runners.session import Session
 from nspec.spec import load_spec
+
+pytestmark = pytest.mark.usefixtures("api_keys")
 
 SPEC = """\
 nspec: 1
@@ -34,28 +34,6 @@ models:
 {models}
 run: {{retry: {{attempts: {attempts}, live_below: {live_below}}}, poll: {{min_seconds: 0.01, max_seconds: 0.05}}}}
 """
-
-
-@pytest.fixture(autouse=True)
-def keys(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-    monkeypatch.setenv(SDK_RETRIES_ENV, "0")
-
-
-@pytest.fixture
-def emulator():
-    running = []
-
-    def start(**sections) -> Emulator:
-        timing = Timing(validate_seconds=1, seconds_per_request=0.1, finalize_seconds=1)
-        emu = Emulator(EmulatorConfig(**{"timing": timing, **sections})).start()
-        running.append(emu)
-        return emu
-
-    yield start
-    for emu in running:
-        emu.stop()
 
 
 def compile_for(tmp_path, emu, modes=("batch", "batch"), trials=1, attempts=3, live_below=0, extra=""):
@@ -293,7 +271,7 @@ def test_cli_exit_codes(emulator, tmp_path, cli):
     done = cli("collect", str(run))
     assert done.code == 0 and "16 results collected" in done.out
     status = json.loads(cli("status", str(run), "--json").out)
-    assert [m["done"] for m in status["models"]] == [8, 8]
+    assert [m["done"] for m in status["stages"][0]["models"]] == [8, 8]
 
 
 def test_collect_wait_polls_until_done(emulator, tmp_path, cli):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nspec.runners.emulator.config import Responder as ResponderConfig
+from nspec.runners.judging import ANSWER_CLOSE, ANSWER_OPEN
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -103,6 +104,8 @@ class Oracle:
         if not users:
             return Reply(self.config.not_found, False)
         last = users[-1]
+        if ANSWER_OPEN in last and ANSWER_CLOSE in last:
+            return Reply(self._judge(last), True)
         questions = [line.strip() for line in last.splitlines() if line.strip().endswith("?")]
         if not questions:
             questions = [last.strip().splitlines()[-1]] if last.strip() else []
@@ -123,6 +126,22 @@ class Oracle:
         if not found:
             return Reply(self.config.not_found, False)
         return Reply(" ".join(found), True)
+
+    def _judge(self, prompt: str) -> str:
+        """Grade an answer as nspec's judge prompts ask: right if it holds every expected answer (or, when none is
+        expected, says it is not there and gives no number), in the rubric's reply form."""
+        answer = prompt.split(ANSWER_OPEN, 1)[1].split(ANSWER_CLOSE, 1)[0].strip().lower()
+        expected_line = next((ln for ln in prompt.splitlines() if ln.startswith("Expected answer:")), "")
+        expected = expected_line.removeprefix("Expected answer:").strip()
+        if expected.startswith("none."):
+            right = any(
+                p in answer for p in ("not found", "unanswerable", "not contain", "cannot find")
+            ) and not re.search(r"\d{3,}", answer)
+        else:
+            right = all(e.strip().lower() in answer for e in expected.split(" | ") if e.strip())
+        if "reply aaa" in prompt:
+            return "aaa" if right else "bbb"
+        return "10" if right else "1"
 
     def _best(self, context: str, question: str) -> list[tuple[int, str]]:
         wanted = _words(question)

@@ -1,0 +1,194 @@
+"""The judge stage: judge prompts compiled into `judge/requests/` in each judge's provider format, run through the
+same runners and ledger as the answers, then parsed into votes and combined.
+
+Rubrics: `pass-fail` uses NIAN's verdict tokens — "aaa" passes, "bbb" fails, both or neither fail (tokens a correct
+answer of "No" cannot be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold.
+Votes: `majority` passes only when passes outnumber fails (a tie fails), `unanimous`, or `any`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from nspec.compiler.cells import models_of
+from nspec.compiler.requests import encode_line, request_line
+from nspec.compiler.run_directory import ShardWriter, effective_mode
+from nspec.runners.rundir import Run
+
+STAGE = "judge"
+JUDGE_MAX_TOKENS = 16
+ANSWER_OPEN, ANSWER_CLOSE = "<answer_to_grade>", "</answer_to_grade>"
+_SCORE = re.compile(r"(?<!\d)(10|[1-9])(?:\s*/\s*10)?(?!\d)")
+_SCALE = """\
+Score the answer from 1 to 10:
+1: unrelated to the expected answer.
+3: minor relevance, but wrong.
+5: moderately right, with inaccuracies.
+7: aligned with the expected answer, with minor omissions.
+10: completely accurate.
+Reply with the score only."""
+
+
+def judge_prompt(
+    rubric: str, question: str, expected: list[str], alternates: list[str], answer: str, negative: bool
+) -> tuple[str, str]:
+    """The (system, user) messages asking a judge to grade one answer."""
+    system = (
+        "You grade answers to questions about a long document. You do not see the document: compare the "
+        "answer with the expected answer. Be strict about facts, lenient about wording."
+    )
+    if negative:
+        truth = (
+            "Expected answer: none. The document does not contain the answer; a correct answer says so and "
+            "gives no value of its own."
+        )
+    else:
+        truth = "Expected answer: " + " | ".join(expected)
+    lines = [f"Question: {question}", truth]
+    if alternates:
+        lines.append("Other answers that are also correct (examples):")
+        lines += [f"- {a}" for a in alternates]
+    lines.append(f"Answer to grade:\n{ANSWER_OPEN}\n{answer}\n{ANSWER_CLOSE}")
+    if rubric == "pass-fail":
+        lines.append(
+            "If the answer to grade is correct, reply aaa. If it is not, reply bbb. Reply with aaa or bbb only."
+        )
+    else:
+        lines.append(_SCALE)
+    return system, "\n\n".join(lines)
+
+
+def parse_vote(rubric: str, text: str, threshold: int | None) -> tuple[str, str]:
+    """A judge's reply as a vote (pass or fail) and what it said."""
+    reply = (text or "").strip()
+    if rubric == "pass-fail":
+        has_pass, has_fail = "aaa" in reply.lower(), "bbb" in reply.lower()
+        if has_pass and not has_fail:
+            return "pass", "aaa"
+        return "fail", "bbb" if has_fail and not has_pass else "both or neither verdict token"
+    match = _SCORE.search(reply)
+    if match is None:
+        return "fail", "no score"
+    score = int(match.group(1))
+    return ("pass" if score >= (threshold or 7) else "fail"), f"score {score}"
+
+
+def combine(votes: list[str], rule: str) -> str:
+    passes, fails = votes.count("pass"), votes.count("fail")
+    if rule == "unanimous":
+        return "pass" if votes and fails == 0 else "fail"
+    if rule == "any":
+        return "pass" if passes else "fail"
+    return "pass" if passes > fails else "fail"
+
+
+def judge_settings(run: Run) -> dict[str, Any] | None:
+    return next((s["judge"] for s in run.spec.get("scoring") or [] if "judge" in s), None)
+
+
+def judge_id(cell_id: str, index: int) -> str:
+    return f"{cell_id}-j{index}"
+
+
+def compile_judges(run: Run) -> int:
+    """Write the judge stage (once), from scores.jsonl: a request per judge for every cell the judges must see.
+    Returns how many cells go to the judges. Memory holds verdicts and the judged answers, not the run."""
+    settings = judge_settings(run)
+    folder = run.path / STAGE
+    if settings is None:
+        return 0
+    if (folder / "manifest.json").is_file():
+        return len(json.loads((folder / "manifest.json").read_text("utf-8"))["cells"])
+    always = settings.get("when", "undecided") == "always"
+    verdicts = {}
+    with open(run.path / "scores.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            score = json.loads(line)
+            verdicts[score["cell_id"]] = score["verdict"]
+    wanted = {cid for cid, v in verdicts.items() if v != "error" and (always or v == "undecided")}
+    texts = {}
+    with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            result = json.loads(line)
+            if result["cell_id"] in wanted:
+                texts[result["cell_id"]] = result.get("text") or ""
+    cells = [c for c in run.cells() if c["cell_id"] in wanted]
+    (folder / "requests").mkdir(parents=True, exist_ok=True)
+    models = models_of({"models": settings["models"]})
+    listed = []
+    caps = run.spec.get("run", {}).get("shard", {})
+    for index, model in enumerate(models):
+        writer = ShardWriter(run.path, model, caps, stage=STAGE)
+        for cell in cells:
+            system, user = judge_prompt(
+                settings.get("rubric", "pass-fail"),
+                cell["question"],
+                cell["expected"],
+                cell.get("alternates", []),
+                texts[cell["cell_id"]],
+                cell["negative"],
+            )
+            line = request_line(
+                model.provider,
+                model.name,
+                judge_id(cell["cell_id"], index),
+                system,
+                user,
+                None,
+                {"temperature": 0, **model.params},
+                JUDGE_MAX_TOKENS,
+            )
+            writer.write(encode_line(line))
+        writer.close()
+        listed.append(
+            {
+                "label": model.label,
+                "id": model.model_id,
+                "mode": effective_mode(model),
+                "shards": writer.shards,
+                "entry": model.entry,
+            }
+        )
+    manifest = {
+        "rubric": settings.get("rubric", "pass-fail"),
+        "vote": settings.get("vote", "majority"),
+        "threshold": settings.get("threshold"),
+        "when": settings.get("when", "undecided"),
+        "cells": [c["cell_id"] for c in cells],
+        "models": listed,
+    }
+    tmp = folder / "manifest.json.part"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+    tmp.replace(folder / "manifest.json")
+    return len(cells)
+
+
+def votes(run: Run) -> dict[str, list[dict[str, Any]]]:
+    """Every judge's vote per cell, from judge/results.jsonl."""
+    manifest_path = run.path / STAGE / "manifest.json"
+    results_path = run.path / STAGE / "results.jsonl"
+    if not manifest_path.is_file() or not results_path.is_file():
+        return {}
+    manifest = json.loads(manifest_path.read_text("utf-8"))
+    labels = [m["label"] for m in manifest["models"]]
+    out: dict[str, list[dict[str, Any]]] = {}
+    with open(results_path, encoding="utf-8") as fh:
+        for line in fh:
+            result = json.loads(line)
+            cell_id, _, index = result["cell_id"].rpartition("-j")
+            if result["status"] != "ok":
+                vote, detail = "fail", f"no verdict: {(result.get('error') or {}).get('code')}"
+            else:
+                vote, detail = parse_vote(manifest["rubric"], result.get("text") or "", manifest["threshold"])
+            out.setdefault(cell_id, []).append(
+                {"judge": labels[int(index)], "vote": vote, "detail": detail, "reply": (result.get("text") or "")[:200]}
+            )
+    return out
+
+
+def manifest_of(run: Run) -> dict[str, Any] | None:
+    """The judge stage's manifest, once compiled."""
+    path = run.path / STAGE / "manifest.json"
+    return json.loads(path.read_text("utf-8")) if path.is_file() else None
