@@ -40,7 +40,7 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-_TEXT_COLUMNS = ("model", "mode", "tokenizer")
+_TEXT_COLUMNS = ("model", "mode", "tokenizer", "prompt", "question")
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -345,6 +345,85 @@ def run_command(
         _finish(judging, 0)
     console.print(f"report: {build_report(Run(path))}", markup=False)
     _finish(progress.pending, progress.failed)
+
+
+@app.command()
+def dissent(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Per judge: how often it disagrees with the panel's majority, and with the scorers where both ran."""
+    from nspec.runners.audit import dissent as judge_dissent
+    from nspec.runners.rundir import Run
+
+    rows = judge_dissent(Run(run))
+    if as_json:
+        _print_json(rows)
+        return
+    table = _table("judge dissent", ("model", "votes", "against majority", "against scorers", "compared"))
+    for r in rows:
+        table.add_row(
+            r["judge"],
+            str(r["votes"]),
+            _percent(r["dissent_from_majority"]),
+            _percent(r["disagrees_with_scorers"]),
+            str(r["compared_with_scorers"]),
+        )
+    _stdout().print(table if rows else "no judge votes in this run")
+
+
+@app.command()
+def variance(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Cells whose repeated trials disagree (some pass, some fail), by location."""
+    from nspec.runners.audit import variance as trial_variance
+    from nspec.runners.rundir import Run
+
+    rows = trial_variance(Run(run))
+    if as_json:
+        _print_json(rows)
+        return
+    table = _table(
+        "trials that disagree", ("model", "prompt", "length", "depth", "repeat", "question", "passes", "fails")
+    )
+    for r in rows:
+        table.add_row(
+            r["model"],
+            str(r["prompt"] or ""),
+            str(r["context_length"]),
+            f"{r['depth']:g}",
+            str(r["repeat"] or ""),
+            r["question"],
+            str(r["passes"]),
+            str(r["fails"]),
+        )
+    _stdout().print(table if rows else "every cell's trials agree")
+
+
+@app.command()
+def answers(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    out: Annotated[
+        str | None, typer.Option("-o", "--out", help="Where to write (default RUN/answers/by-question.json).")
+    ] = None,
+) -> None:
+    """The distinct passing and failing answers per question, written to a JSON file to mine for alternates."""
+    from pathlib import Path
+
+    from nspec.runners.audit import answers_by_question
+    from nspec.runners.rundir import Run
+
+    data = answers_by_question(Run(run))
+    target = Path(out) if out else Path(run) / "answers" / "by-question.json"
+    target.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    failing = sum(len(q["failing"]) for q in data.values())
+    _stdout().print(f"{len(data)} questions, {failing} distinct failing answers: {target}", markup=False)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _waiting(pending: int, delay: float) -> None:

@@ -1,0 +1,119 @@
+"""Audit tools over a scored run (NIAN's): how often each judge dissents, which cells' trials disagree, and the
+distinct answers that passed and failed each question. Each reads scores.jsonl a line at a time."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from nspec.runners.rundir import Run
+
+
+def _scores(run: Run) -> Iterator[dict[str, Any]]:
+    path = run.path / "scores.jsonl"
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            yield json.loads(line)
+
+
+def dissent(run: Run) -> list[dict[str, Any]]:
+    """Per judge: how often its vote differs from the panel's verdict, and from the deterministic scorers where a
+    scorer decided too (judges asked `when: always`)."""
+    stats: dict[str, Counter[str]] = defaultdict(Counter)
+    for score in _scores(run):
+        panel = score.get("judge_verdict")
+        scorer = next((s["verdict"] for s in score["scorers"] if s["verdict"] != "undecided"), None)
+        for vote in score["votes"]:
+            judge = stats[vote["judge"]]
+            judge["votes"] += 1
+            if panel is not None:
+                judge["with_panel"] += 1
+                judge["against_panel"] += vote["vote"] != panel
+            if scorer is not None:
+                judge["with_scorer"] += 1
+                judge["against_scorer"] += vote["vote"] != scorer
+    return [
+        {
+            "judge": judge,
+            "votes": c["votes"],
+            "dissent_from_majority": _rate(c["against_panel"], c["with_panel"]),
+            "disagrees_with_scorers": _rate(c["against_scorer"], c["with_scorer"]),
+            "compared_with_scorers": c["with_scorer"],
+        }
+        for judge, c in sorted(stats.items())
+    ]
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def variance(run: Run) -> list[dict[str, Any]]:
+    """Cells whose repeated trials disagree (some pass, some fail), by location; `question` is the stack item
+    asked (for text haystacks each trial has its own needle, so there is none)."""
+    cells = {c["cell_id"]: c for c in run.cells()}
+    groups: dict[tuple[Any, ...], Counter[str]] = defaultdict(Counter)
+    for score in _scores(run):
+        cell = cells[score["cell_id"]]
+        if cell["negative"] or score["verdict"] not in ("pass", "fail"):
+            continue
+        # Trials of a text haystack draw new needles (so new questions); a stack's trials ask the same item.
+        key = (
+            cell["model"],
+            cell["prompt"],
+            cell["context_length"]["target"],
+            cell["depth"]["requested"],
+            cell["repeat"],
+            cell["item"],
+        )
+        groups[key][score["verdict"]] += 1
+    out = []
+    for (model, prompt, length, depth, repeat, question), counts in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2], kv[0][3], str(kv[0][4]), str(kv[0][5]))
+    ):
+        if counts["pass"] and counts["fail"]:
+            out.append(
+                {
+                    "model": model,
+                    "prompt": prompt,
+                    "context_length": length,
+                    "depth": depth,
+                    "repeat": repeat,
+                    "question": question,
+                    "passes": counts["pass"],
+                    "fails": counts["fail"],
+                }
+            )
+    return out
+
+
+def answers_by_question(run: Run) -> dict[str, dict[str, Any]]:
+    """Per question: its expected answers and the distinct answers given, passing and failing, with counts — for
+    mining alternate answers to add to the spec."""
+    cells = {c["cell_id"]: c for c in run.cells()}
+    texts: dict[str, str] = {}
+    with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            result = json.loads(line)
+            if result["status"] == "ok":
+                texts[result["cell_id"]] = (result.get("text") or "").strip()
+    out: dict[str, dict[str, Any]] = {}
+    for score in _scores(run):
+        cell = cells[score["cell_id"]]
+        if cell["negative"] or score["verdict"] not in ("pass", "fail") or score["cell_id"] not in texts:
+            continue
+        entry = out.setdefault(cell["question"], {"expected": Counter(), "passing": Counter(), "failing": Counter()})
+        entry["expected"].update(cell["expected"])
+        entry["passing" if score["verdict"] == "pass" else "failing"][texts[score["cell_id"]]] += 1
+    return {
+        q: {
+            "expected": sorted(e["expected"]),
+            "passing": dict(e["passing"].most_common()),
+            "failing": dict(e["failing"].most_common()),
+        }
+        for q, e in sorted(out.items())
+    }
