@@ -422,6 +422,42 @@ def answers(
     _stdout().print(f"{len(data)} questions, {failing} distinct failing answers: {target}", markup=False)
 
 
+@app.command()
+def questions(
+    spec: Annotated[str, typer.Argument(help="A spec with a `stack` haystack.")],
+    count: Annotated[int, typer.Option(help="How many items to show.")] = 5,
+    seed: Annotated[int, typer.Option(help="Which random items (change it for others).")] = 0,
+) -> None:
+    """Show random stack items and append the question and answer you type for each to the spec's questions file.
+    Reads standard input, so it can be scripted."""
+    from pathlib import Path
+
+    from nspec.compiler.haystack import load_haystack
+    from nspec.runners.audit import ask_questions
+
+    loaded = load_spec(spec)
+    haystack = loaded.data["haystack"]
+    if "stack" not in haystack:
+        raise UserError(f"{spec} has no stack haystack; questions are written for needlestack specs")
+    source = load_haystack(haystack, loaded.base_dir)
+    asked = {q.item for q in source.questions}
+
+    def read() -> str | None:
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    new = ask_questions(source.items, asked, count, seed, read, write)
+    path = Path(loaded.base_dir) / haystack["stack"]["questions"]
+    with open(path, "a", encoding="utf-8") as fh:
+        for line in new:
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    _stdout().print(f"\n{len(new)} question{'s' * (len(new) != 1)} added to {path}", markup=False)
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 

@@ -117,3 +117,29 @@ def answers_by_question(run: Run) -> dict[str, dict[str, Any]]:
         }
         for q, e in sorted(out.items())
     }
+
+
+def ask_questions(
+    items: dict[str, str], asked: set[str], count: int, seed: int, read: Any, write: Any
+) -> list[dict[str, str]]:
+    """Show up to ``count`` random items not asked about yet; for each, read a question and its answer (an empty
+    question skips the item). Returns the new question lines. ``read()`` returns the next input line or None at the
+    end; ``write(text)`` shows text."""
+    from nspec.compiler.draws import Draws
+
+    candidates = [i for i in items if i not in asked]
+    new = []
+    for item_id in Draws(seed, "questions-tool").sample(candidates, min(count, len(candidates))):
+        write(f"\n[{item_id}]\n{items[item_id]}\n")
+        write("question (empty to skip): ")
+        question = read()
+        if question is None:
+            break
+        if not question.strip():
+            continue
+        write("answer: ")
+        answer = read()
+        if answer is None or not answer.strip():
+            break
+        new.append({"item": item_id, "question": question.strip(), "answer": answer.strip()})
+    return new

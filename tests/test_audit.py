@@ -70,3 +70,46 @@ def test_audit_commands(spec_file, tmp_path, cli):
     run, _ = scored_run(spec_file, tmp_path)
     assert "50%" in cli("dissent", str(run)).out
     assert json.loads(cli("variance", str(run), "--json").out)[0]["fails"] == 1
+
+
+STACK_SPEC = """\
+nspec: 1
+name: stack
+haystack: {stack: {items: items.jsonl, questions: questions.jsonl}, separator: "\\n"}
+grid: {context_lengths: [1000], depths: [50]}
+prompt: {user: "{haystack}\\n{question}"}
+models: [{id: openai/gpt-4.1-mini}]
+"""
+
+
+def test_questions_from_stdin(spec_file, tmp_path):
+    import subprocess
+    import sys
+
+    items = [{"id": f"i{n}", "text": f"Day {n}: the boat brought {n} crates."} for n in range(1, 6)]
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    (tmp_path / "questions.jsonl").write_text(json.dumps({"item": "i1", "question": "Q?", "answer": "1"}) + "\n")
+    spec = spec_file(STACK_SPEC)
+    typed = "How many crates came on that day?\n3\n\nWhich day was it?\n4\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nspec", "questions", spec, "--count", "3"],
+        input=typed,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2 questions added to" in proc.stdout and "question (empty to skip): " in proc.stdout
+    lines = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and lines[0]["item"] == "i1"  # the existing line is kept
+    assert [q["question"] for q in lines[1:]] == ["How many crates came on that day?", "Which day was it?"]
+    assert all(q["item"] != "i1" for q in lines[1:])  # items already asked about are not shown again
+    shown = [ln.strip("[]") for ln in proc.stdout.splitlines() if ln.startswith("[i")]
+    assert [q["item"] for q in lines[1:]] == [shown[0], shown[2]]  # the second item was skipped
+
+
+def test_questions_needs_a_stack(spec_file, cli):
+    from tests.conftest import BASE
+
+    result = cli("questions", spec_file(BASE))
+    assert result.code == 2 and "has no stack haystack" in result.err
