@@ -458,6 +458,38 @@ def questions(
     _stdout().print(f"\n{len(new)} question{'s' * (len(new) != 1)} added to {path}", markup=False)
 
 
+@app.command(name="vet")
+def vet_command(
+    spec: Annotated[str, typer.Argument(help="The spec file.")],
+    trials: Annotated[int, typer.Option(help="How many times each model is asked each question.")] = 5,
+    closed_book: Annotated[bool, typer.Option("--closed-book", help="Ask with no context at all.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Ask each model each question with only its needle (or item) as context, N times; flag questions any model
+    fails, so the test measures attention, not comprehension. --closed-book flags questions answered from memory.
+    Exit 4 if any question is flagged. Makes live calls."""
+    from nspec.runners.vet import vet
+
+    loaded = load_spec(spec)
+    rows = vet(loaded.data, loaded.base_dir, trials, closed_book)
+    flagged = [r for r in rows if r["flagged"]]
+    if as_json:
+        _print_json(rows)
+    else:
+        title = "closed book: answered without context" if closed_book else "vetting: asked with only the needle"
+        table = _table(title, ("model", "question", "passed", "flagged"))
+        for r in rows:
+            table.add_row(r["model"], r["question"], f"{r['passed']}/{r['asked']}", "yes" if r["flagged"] else "")
+        _stdout().print(table)
+        why = "a model answers them from memory" if closed_book else "a model fails them even with only the needle"
+        _stdout().print(
+            f"{len({r['key'] for r in flagged})} question(s) flagged: {why}" if flagged else "no question flagged",
+            markup=False,
+        )
+    if flagged:
+        raise typer.Exit(4)
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
