@@ -138,11 +138,14 @@ def plan(spec: dict[str, Any], base_dir: str) -> Plan:
 class ShardWriter:
     """Writes one model's request lines into shards no larger than the provider (or the spec) allows."""
 
-    def __init__(self, folder: Path, model: Model, caps: dict[str, Any], stage: str = "answers") -> None:
+    def __init__(
+        self, folder: Path, model: Model, caps: dict[str, Any], stage: str = "answers", round_name: str = ""
+    ) -> None:
         max_lines, max_bytes = LIMITS[FORMATS[model.provider]]
         self.max_lines = min(max_lines, caps.get("max_requests", max_lines))
         self.max_bytes = min(max_bytes, caps.get("max_bytes", max_bytes))
         self.folder, self.model, self.stage = folder, model, stage
+        self.prefix = f"{model.slug}-{round_name}" if round_name else model.slug  # later rounds: new file names
         self.shards: list[dict[str, Any]] = []
         self._fh: IO[bytes] | None = None
         self._hash: Any = None
@@ -166,7 +169,7 @@ class ShardWriter:
 
     def _open(self) -> None:
         self.close()
-        name = f"{self.stage}/requests/{self.model.slug}-{len(self.shards) + 1:04d}.jsonl"
+        name = f"{self.stage}/requests/{self.prefix}-{len(self.shards) + 1:04d}.jsonl"
         self._fh = open(self.folder / name, "wb")  # noqa: SIM115 - closed in close()
         self._hash = hashlib.sha256()
         self.shards.append({"file": name, "requests": 0, "bytes": 0, "sha256": ""})

@@ -304,6 +304,24 @@ def score(
 
 
 @app.command()
+def rescore(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    spec: Annotated[str, typer.Option("--spec", help="The spec whose (changed) scoring section to grade with.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,
+) -> None:
+    """Grade a run again with a changed scoring section, without asking the tested models again; only judge
+    requests not made before are sent."""
+    from nspec.runners.rundir import Run
+    from nspec.runners.session import grade, set_scoring
+
+    loaded = load_spec(spec)
+    set_scoring(Run(run), loaded.data)
+    counts, pending = grade(run, wait, _waiting)
+    _stdout().print(", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())), markup=False)
+    _finish(pending, 0)
+
+
+@app.command()
 def report(run: Annotated[str, typer.Argument(help="The run directory.")]) -> None:
     """Build report/: index.html (works offline) and one PNG per chart."""
     from nspec.runners.report import build_report

@@ -8,6 +8,7 @@ Votes: `majority` passes only when passes outnumber fails (a tie fails), `unanim
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from nspec.compiler.cells import models_of
 from nspec.compiler.requests import encode_line, request_line
 from nspec.compiler.run_directory import ShardWriter, effective_mode
-from nspec.runners.rundir import Run
+from nspec.runners.rundir import Run, shard_lines
 
 STAGE = "judge"
 JUDGE_MAX_TOKENS = 16
@@ -88,42 +89,54 @@ def judge_settings(run: Run) -> dict[str, Any] | None:
     return next((s["judge"] for s in run.spec.get("scoring") or [] if "judge" in s), None)
 
 
-def judge_id(cell_id: str, index: int) -> str:
-    return f"{cell_id}-j{index}"
+def judge_key(label: str, rubric: str) -> str:
+    """A short, stable key of a judge and the rubric it grades with: a request id stays the same when the panel
+    around it changes, and a new rubric means new requests."""
+    return hashlib.sha256(f"{label}\0{rubric}".encode()).hexdigest()[:6]
+
+
+def judge_id(cell_id: str, key: str) -> str:
+    return f"{cell_id}-{key}"  # at most 57 + 7 characters: within custom_id's 64
 
 
 def compile_judges(run: Run) -> int:
-    """Write the judge stage (once), from scores.jsonl: a request per judge for every cell the judges must see.
-    Returns how many cells go to the judges. Memory holds verdicts and the judged answers, not the run."""
+    """Write the judge requests the current scoring needs and no earlier compile wrote (all of them the first
+    time; after a rescore, only the new ones). Returns how many cells go to the judges. Reads scores.jsonl and the
+    answers a line at a time; memory holds verdicts and the judged answers, not the run."""
     settings = judge_settings(run)
-    folder = run.path / STAGE
     if settings is None:
         return 0
-    if (folder / "manifest.json").is_file():
-        return len(json.loads((folder / "manifest.json").read_text("utf-8"))["cells"])
+    folder = run.path / STAGE
+    rubric = settings.get("rubric", "pass-fail")
     always = settings.get("when", "undecided") == "always"
     verdicts = {}
     with open(run.path / "scores.jsonl", encoding="utf-8") as fh:
         for line in fh:
             score = json.loads(line)
-            verdicts[score["cell_id"]] = score["verdict"]
+            verdicts[score["cell_id"]] = score.get("scorer_verdict", score["verdict"])
     wanted = {cid for cid, v in verdicts.items() if v != "error" and (always or v == "undecided")}
+    previous = manifest_of(run) or {"models": [], "cells": []}
+    listed = {m["label"]: m for m in previous["models"]}
+    done = {cid for m in previous["models"] for s in m["shards"] for cid, _ in shard_lines(run.path / s["file"])}
+    models = models_of({"models": settings["models"]})
+    todo = {(m.label, cid) for m in models for cid in wanted if judge_id(cid, judge_key(m.label, rubric)) not in done}
     texts = {}
     with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
         for line in fh:
             result = json.loads(line)
             if result["cell_id"] in wanted:
                 texts[result["cell_id"]] = result.get("text") or ""
-    cells = [c for c in run.cells() if c["cell_id"] in wanted]
-    (folder / "requests").mkdir(parents=True, exist_ok=True)
-    models = models_of({"models": settings["models"]})
-    listed = []
     caps = run.spec.get("run", {}).get("shard", {})
-    for index, model in enumerate(models):
-        writer = ShardWriter(run.path, model, caps, stage=STAGE)
-        for cell in cells:
+    round_name = f"r{1 + max((len(m['shards']) for m in previous['models']), default=0)}"
+    (folder / "requests").mkdir(parents=True, exist_ok=True)
+    for model in models:
+        key = judge_key(model.label, rubric)
+        writer = ShardWriter(run.path, model, caps, stage=STAGE, round_name=round_name)
+        for cell in run.cells():
+            if (model.label, cell["cell_id"]) not in todo:
+                continue
             system, user = judge_prompt(
-                settings.get("rubric", "pass-fail"),
+                rubric,
                 cell["question"],
                 cell["expected"],
                 cell.get("alternates", []),
@@ -133,57 +146,62 @@ def compile_judges(run: Run) -> int:
             line = request_line(
                 model.provider,
                 model.name,
-                judge_id(cell["cell_id"], index),
+                judge_id(cell["cell_id"], key),
                 system,
                 user,
                 None,
-                {"temperature": 0, **model.params},
+                model.params,
                 JUDGE_MAX_TOKENS,
             )
             writer.write(encode_line(line))
         writer.close()
-        listed.append(
+        entry = listed.setdefault(
+            model.label,
             {
                 "label": model.label,
                 "id": model.model_id,
                 "mode": effective_mode(model),
-                "shards": writer.shards,
+                "shards": [],
                 "entry": model.entry,
-            }
+            },
         )
+        entry["shards"] = entry["shards"] + writer.shards
     manifest = {
-        "rubric": settings.get("rubric", "pass-fail"),
+        "rubric": rubric,
         "vote": settings.get("vote", "majority"),
         "threshold": settings.get("threshold"),
         "when": settings.get("when", "undecided"),
-        "cells": [c["cell_id"] for c in cells],
-        "models": listed,
+        "judges": [m.label for m in models],
+        "cells": sorted(wanted),
+        "models": list(listed.values()),
     }
     tmp = folder / "manifest.json.part"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
     tmp.replace(folder / "manifest.json")
-    return len(cells)
+    return len(wanted)
 
 
 def votes(run: Run) -> dict[str, list[dict[str, Any]]]:
-    """Every judge's vote per cell, from judge/results.jsonl."""
-    manifest_path = run.path / STAGE / "manifest.json"
+    """The current panel's votes per cell, from judge/results.jsonl (votes of judges or rubrics no longer in the
+    spec's scoring are kept in the file but not counted)."""
+    manifest = manifest_of(run)
     results_path = run.path / STAGE / "results.jsonl"
-    if not manifest_path.is_file() or not results_path.is_file():
+    if manifest is None or not results_path.is_file():
         return {}
-    manifest = json.loads(manifest_path.read_text("utf-8"))
-    labels = [m["label"] for m in manifest["models"]]
+    judges = {judge_key(label, manifest["rubric"]): label for label in manifest["judges"]}
     out: dict[str, list[dict[str, Any]]] = {}
     with open(results_path, encoding="utf-8") as fh:
         for line in fh:
             result = json.loads(line)
-            cell_id, _, index = result["cell_id"].rpartition("-j")
+            cell_id, _, key = result["cell_id"].rpartition("-")
+            if key not in judges:
+                continue
             if result["status"] != "ok":
                 vote, detail = "fail", f"no verdict: {(result.get('error') or {}).get('code')}"
             else:
                 vote, detail = parse_vote(manifest["rubric"], result.get("text") or "", manifest["threshold"])
             out.setdefault(cell_id, []).append(
-                {"judge": labels[int(index)], "vote": vote, "detail": detail, "reply": (result.get("text") or "")[:200]}
+                {"judge": judges[key], "vote": vote, "detail": detail, "reply": (result.get("text") or "")[:200]}
             )
     return out
 

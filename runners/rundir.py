@@ -14,6 +14,8 @@ from ruamel.yaml import YAML
 from nspec.errors import UserError
 from nspec.runners.ledger import Ledger
 
+SCORING_OVERRIDE = "scoring.yaml"
+
 
 @dataclass(frozen=True)
 class RunModel:
@@ -32,6 +34,9 @@ class Run:
             raise UserError(f"{path} is not a run directory (no manifest.json); compile a spec first")
         self.manifest: dict[str, Any] = json.loads(manifest.read_text("utf-8"))
         self.spec: dict[str, Any] = YAML(typ="safe", pure=True).load((self.path / "spec.yaml").read_text("utf-8"))
+        override = self.path / SCORING_OVERRIDE
+        if override.is_file():  # `nspec rescore` changed how this run is graded
+            self.spec["scoring"] = YAML(typ="safe", pure=True).load(override.read_text("utf-8"))
         self.run_id: str = self.manifest["run_id"]
 
     def models(self, stage: str = "answers") -> list[RunModel]:

@@ -201,6 +201,7 @@ def score_cell(scoring: list[dict[str, Any]], cell: dict[str, Any], result: dict
         "scorers": [v.as_dict() for v in verdicts],
         "votes": [],
         "verdict": final.verdict if final else "undecided",
+        "scorer_verdict": final.verdict if final else "undecided",  # before any judge
         "score": final.score if final else None,
         "reason": final.reason if final else "no scorer could decide",
     }

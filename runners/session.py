@@ -25,7 +25,7 @@ from nspec.runners.judging import compile_judges
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
-from nspec.runners.rundir import ResultsFile, Run, RunModel, shard_lines
+from nspec.runners.rundir import SCORING_OVERRIDE, ResultsFile, Run, RunModel, shard_lines
 from nspec.runners.scoring import score_run
 
 
@@ -278,3 +278,26 @@ def grade(
     finally:
         session.close()
     return score_run(run), progress.pending
+
+
+def set_scoring(run: Run, spec: dict[str, Any]) -> None:
+    """Grade ``run`` from now on with ``spec``'s scoring section; the rest of the spec must be the run's, or the
+    answers would not be answers to it."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    def rest(data: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in data.items() if k not in ("scoring", "report")}
+
+    if rest(spec) != rest(run.spec):
+        changed = sorted(
+            k for k in set(spec) | set(run.spec) if k not in ("scoring", "report") and spec.get(k) != run.spec.get(k)
+        )
+        raise UserError(
+            f"the spec differs from the run's in more than scoring ({', '.join(changed)}): compile "
+            "and run it as a new run"
+        )
+    text = io.StringIO()
+    YAML(typ="safe", pure=True).dump(spec.get("scoring") or [{"contains": "{answer}"}], text)
+    (run.path / SCORING_OVERRIDE).write_text(text.getvalue(), encoding="utf-8")

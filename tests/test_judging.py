@@ -7,7 +7,7 @@ import pytest
 from anthropic.types.messages.batch_create_params import Request as AnthropicBatchRequest
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
-from nspec.runners.judging import combine, judge_prompt, parse_vote
+from nspec.runners.judging import combine, judge_key, judge_prompt, parse_vote
 from tests.test_compile import check_typed_dict
 from tests.test_runners import batches_on, compile_for
 
@@ -122,7 +122,8 @@ def test_judges_decide_what_scorers_leave_undecided(emulator, tmp_path, cli):
                 check_typed_dict(AnthropicBatchRequest, request)
             else:
                 check_typed_dict(CompletionCreateParamsNonStreaming, request["body"])
-                assert request["custom_id"].rsplit("-j", 1)[1] in ("0", "2")
+                keys = {judge_key("openai/gpt-4.1-mini", "pass-fail"), judge_key("openai/gpt-4o-mini", "pass-fail")}
+                assert request["custom_id"].rsplit("-", 1)[1] in keys
     again = cli("score", str(run))  # grading again sends nothing new
     assert again.code == 0 and batches_on(emu) == (2, 1)
 
@@ -139,3 +140,29 @@ def test_judges_when_always_and_score_10_live(emulator, tmp_path, cli):
     assert all(s["scorers"][0]["verdict"] == "pass" for s in needle_cells)  # the number scorer decided...
     assert all(s["judge_verdict"] == "pass" and s["votes"][0]["detail"] == "score 10" for s in needle_cells)
     assert batches_on(emu) == (0, 0)  # ...and judges graded every cell anyway (calibration), live
+
+
+def test_rescore_sends_only_new_judge_requests(emulator, tmp_path, cli):
+    emu = emulator()
+    _, spec = judged_run(tmp_path, emu)
+    run = run_directory(cli("run", str(spec), "--wait", "-o", str(tmp_path / "out")))
+    assert batches_on(emu) == (2, 1)
+    # Swap the third judge for another: the two kept judges' verdicts are reused, only the newcomer is asked.
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(spec.read_text().replace("openai/gpt-4o-mini", "openai/gpt-4.1"))
+    result = cli("rescore", str(run), "--spec", str(changed), "--wait")
+    assert result.code == 0, result.err
+    assert batches_on(emu) == (3, 1)  # exactly one new batch, for the new judge
+    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    judged = [s for s in scores if s["votes"]]
+    assert judged and all(
+        sorted(v["judge"] for v in s["votes"])
+        == ["anthropic/claude-haiku-4-5", "openai/gpt-4.1", "openai/gpt-4.1-mini"]
+        for s in judged
+    )
+    assert cli("rescore", str(run), "--spec", str(changed), "--wait").code == 0
+    assert batches_on(emu) == (3, 1)  # nothing new to ask
+    other = tmp_path / "other.yaml"
+    other.write_text(spec.read_text().replace("trials: 1", "trials: 2"))
+    refused = cli("rescore", str(run), "--spec", str(other))
+    assert refused.code == 2 and "differs from the run's in more than scoring (grid)" in refused.err
