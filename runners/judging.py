@@ -61,9 +61,26 @@ def judge_prompt(
     return system, "\n\n".join(lines)
 
 
+def response_format(rubric: str) -> dict[str, Any]:
+    """OpenAI structured output for a verdict: the reply is then exactly one token or one number, as JSON."""
+    if rubric == "pass-fail":
+        prop: dict[str, Any] = {"verdict": {"type": "string", "enum": ["aaa", "bbb"]}}
+    else:
+        prop = {"score": {"type": "integer", "minimum": 1, "maximum": 10}}
+    schema = {"type": "object", "properties": prop, "required": list(prop), "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "verdict", "strict": True, "schema": schema}}
+
+
 def parse_vote(rubric: str, text: str, threshold: int | None) -> tuple[str, str]:
-    """A judge's reply as a vote (pass or fail) and what it said."""
+    """A judge's reply as a vote (pass or fail) and what it said. A structured (JSON) reply is read first."""
     reply = (text or "").strip()
+    if reply.startswith("{"):
+        try:
+            data = json.loads(reply)
+        except json.JSONDecodeError:
+            data = None
+        if isinstance(data, dict):
+            reply = str(data.get("verdict", data.get("score", reply)))
     if rubric == "pass-fail":
         has_pass, has_fail = "aaa" in reply.lower(), "bbb" in reply.lower()
         if has_pass and not has_fail:
@@ -143,6 +160,10 @@ def compile_judges(run: Run) -> int:
                 texts[cell["cell_id"]],
                 cell["negative"],
             )
+            # Structured output where the provider's own API has it (not every openai-compatible server does).
+            params = model.params
+            if model.provider == "openai":
+                params = {"response_format": response_format(rubric), **model.params}
             line = request_line(
                 model.provider,
                 model.name,
@@ -150,7 +171,7 @@ def compile_judges(run: Run) -> int:
                 system,
                 user,
                 None,
-                model.params,
+                params,
                 JUDGE_MAX_TOKENS,
             )
             writer.write(encode_line(line))

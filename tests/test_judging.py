@@ -166,3 +166,31 @@ def test_rescore_sends_only_new_judge_requests(emulator, tmp_path, cli):
     other.write_text(spec.read_text().replace("trials: 1", "trials: 2"))
     refused = cli("rescore", str(run), "--spec", str(other))
     assert refused.code == 2 and "differs from the run's in more than scoring (grid)" in refused.err
+
+
+@pytest.mark.parametrize(
+    "rubric, reply, vote",
+    [
+        ("pass-fail", '{"verdict": "aaa"}', "pass"),
+        ("pass-fail", '{"verdict": "bbb"}', "fail"),
+        ("score-10", '{"score": 8}', "pass"),
+        ("score-10", '{"score": 2}', "fail"),
+        ("pass-fail", '{"broken": ', "fail"),  # not JSON after all: read as text, no verdict token
+    ],
+)
+def test_structured_replies(rubric, reply, vote):
+    assert parse_vote(rubric, reply, 7)[0] == vote
+
+
+def test_openai_judges_ask_for_structured_output(emulator, tmp_path, cli):
+    emu = emulator()
+    _, spec = judged_run(tmp_path, emu)
+    run = run_directory(cli("run", str(spec), "--wait", "-o", str(tmp_path / "out")))
+    openai_lines = [
+        json.loads(line)
+        for shard in sorted((run / "judge" / "requests").glob("openai-*"))
+        for line in shard.read_text().splitlines()
+    ]
+    assert openai_lines and all(line["body"]["response_format"]["type"] == "json_schema" for line in openai_lines)
+    replies = [json.loads(line)["text"] for line in (run / "judge" / "results.jsonl").read_text().splitlines()]
+    assert '{"verdict": "aaa"}' in replies and "aaa" in replies  # OpenAI judges answer in JSON, Anthropic in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -29,6 +30,21 @@ def _prompt_tokens(system: str | None, messages: list[dict[str, Any]]) -> int:
     return 3 + sum(4 + count_tokens(t) for t in texts)
 
 
+def _structured(text: str, response_format: Any) -> str:
+    """A reply shaped by a one-property json_schema response format, as a model with structured output gives it."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return text
+    props = response_format.get("json_schema", {}).get("schema", {}).get("properties", {})
+    if len(props) != 1:
+        return json.dumps({"text": text})
+    ((name, schema),) = props.items()
+    value: Any = text.strip()
+    if schema.get("type") == "integer":
+        digits = "".join(ch for ch in value if ch.isdigit())
+        value = int(digits) if digits else 0
+    return json.dumps({name: value})
+
+
 def openai_completion(body: dict[str, Any], responder: Oracle | Echo, key: str, created: int) -> dict[str, Any]:
     """A chat.completion object for an OpenAI chat request body (validated by the caller)."""
     messages = body["messages"]
@@ -36,7 +52,7 @@ def openai_completion(body: dict[str, Any], responder: Oracle | Echo, key: str, 
     turns = [m for m in messages if m.get("role") not in ("system", "developer")]
     reply = responder.answer(system or None, turns, key)
     limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS
-    text, cut = _clip(reply.text, int(limit))
+    text, cut = _clip(_structured(reply.text, body.get("response_format")), int(limit))
     prompt, completion = _prompt_tokens(None, messages), count_tokens(text)
     return {
         "id": "chatcmpl-" + secrets.token_hex(12),
