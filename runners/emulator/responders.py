@@ -18,6 +18,7 @@ from nspec.runners.judging import ANSWER_CLOSE, ANSWER_OPEN
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_QUESTION = re.compile(r"[^.!?\n]+\?")
 _STOP = frozenset(
     [
         "a",
@@ -70,6 +71,8 @@ _STOP = frozenset(
         "their",
         "not",
         "no",
+        "question",  # prompt scaffolding, not content
+        "answer",
     ]
 )
 
@@ -81,7 +84,7 @@ class Reply:
 
 
 def _words(text: str) -> set[str]:
-    return {w[:6] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+    return {w[:5] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}  # land ~ landed
 
 
 def message_text(content: Any) -> str:
@@ -106,7 +109,9 @@ class Oracle:
         last = users[-1]
         if ANSWER_OPEN in last and ANSWER_CLOSE in last:
             return Reply(self._judge(last), True)
-        questions = [line.strip() for line in last.splitlines() if line.strip().endswith("?")]
+        # The question sentences of the message's last paragraph, where prompts put the question ("What is X?
+        # Answer briefly."); the haystack before it may hold questions of its own (dialogue).
+        questions = [q.strip() for q in _QUESTION.findall(last.rstrip().rsplit("\n\n", 1)[-1])]
         if not questions:
             questions = [last.strip().splitlines()[-1]] if last.strip() else []
         context = "\n".join(users)
