@@ -322,12 +322,19 @@ def rescore(
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="The run directory.")]) -> None:
-    """Build report/: index.html (works offline) and one PNG per chart."""
+def report(
+    runs: Annotated[
+        list[str], typer.Argument(help="Run directories; several are compared in one report.", metavar="RUN")
+    ],
+    out: Annotated[str | None, typer.Option("-o", "--out", help="Folder (default: the first run's report/).")] = None,
+) -> None:
+    """Build the report: index.html (works offline), one PNG per chart, summary.csv."""
+    from pathlib import Path
+
     from nspec.runners.report import build_report
     from nspec.runners.rundir import Run
 
-    _stdout().print(str(build_report(Run(run))), markup=False)
+    _stdout().print(str(build_report([Run(r) for r in runs], Path(out) if out else None)), markup=False)
 
 
 @app.command(name="run")
@@ -361,7 +368,7 @@ def run_command(
     console.print("scores: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), markup=False)
     if judging:
         _finish(judging, 0)
-    console.print(f"report: {build_report(Run(path))}", markup=False)
+    console.print(f"report: {build_report([Run(path)])}", markup=False)
     _finish(progress.pending, progress.failed)
 
 

@@ -1,6 +1,14 @@
-"""The report: per model, the depth x context-length heatmap of mean scores (needlehaystack's red-yellow-green),
-as `report/index.html` (Vega libraries inlined: it works offline from file://) and one PNG per model; `summary.csv`
-with pass rates and Wilson 95% intervals per model, length and depth; and a summary at the top of the page."""
+"""The report: charts a reader understands without the docs, an offline `index.html`, one PNG per chart and
+`summary.csv`.
+
+Charts (Altair; each drawn only when it has data, or as the spec's `report.charts` selects): per model the depth x
+length heatmap of pass rates in needlehaystack's red-yellow-green with rate and n in each cell, beside every answer
+as a point whose tooltip shows its length, depth, trial, answer, verdict and votes; pass rate against length with
+Wilson 95% intervals, a line per model (and per run when several runs are compared); NIAN's pass rate by location per
+repeat count; the negative controls' false-positive rate; judge dissent; tokens and cost per model, estimated against
+actual. `index.html` inlines the Vega libraries (it works from file:// with no network); Vega's tooltips show answers
+as text, never as HTML.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +16,20 @@ import csv
 import html
 import json
 import math
+import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.prices import price_for
+from nspec.runners.audit import dissent
 from nspec.runners.rundir import Run
 
 RAMP = ["#F0496E", "#EBB839", "#0CD79F"]
 Z95 = 1.959963984540054
+CELL_POINTS = 5000  # per model: more answers than this are not plotted one by one (the heatmap still counts all)
+CHARTS = ("heatmap", "length", "location", "negatives", "dissent", "cost")
 
 
 def wilson(passes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -29,46 +43,295 @@ def wilson(passes: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, center - half), min(1.0, center + half)
 
 
-def heatmap_data(run: Run) -> dict[str, list[dict[str, Any]]]:
-    """Per model: mean score, passes and n for each (length, depth) of the needle cells that were scored."""
-    cells = {c["cell_id"]: c for c in run.cells()}
-    groups: dict[tuple[str, int, float], list[float]] = defaultdict(list)
-    with open(run.path / "scores.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            s = json.loads(line)
-            cell = cells[s["cell_id"]]
-            if cell["negative"] or s["score"] is None:
-                continue
-            label = cell["model"] + (f" ({cell['prompt']})" if cell["prompt"] else "")
-            groups[(label, cell["context_length"]["target"], cell["depth"]["requested"])].append(s["score"])
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (label, length, depth), scores in sorted(groups.items()):
-        passes = sum(1 for s in scores if s >= 1)
-        low, high = wilson(passes, len(scores))
-        out[label].append(
-            {
-                "context_length": length,
-                "depth": depth,
-                "score": sum(scores) / len(scores),
-                "n": len(scores),
-                "passes": passes,
-                "rate": passes / len(scores),
-                "ci_low": round(low, 4),
-                "ci_high": round(high, 4),
-            }
-        )
-    return dict(out)
+def _rate_row(passes: int, n: int, **keys: Any) -> dict[str, Any]:
+    low, high = wilson(passes, n)
+    return {
+        **keys,
+        "n": n,
+        "passes": passes,
+        "rate": passes / n if n else 0.0,
+        "ci_low": round(low, 4),
+        "ci_high": round(high, 4),
+    }
 
+
+@dataclass
+class ReportData:
+    heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    lengths: list[dict[str, Any]] = field(default_factory=list)
+    locations: list[dict[str, Any]] = field(default_factory=list)
+    negatives: list[dict[str, Any]] = field(default_factory=list)
+    dissent: list[dict[str, Any]] = field(default_factory=list)
+    costs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _label(run: Run, cell: dict[str, Any], several: bool) -> str:
+    label = cell["model"] + (f" ({cell['prompt']})" if cell["prompt"] else "")
+    return f"{label} · {run.spec['name']}/{run.run_id[:6]}" if several else label
+
+
+def collect(runs: list[Run]) -> ReportData:
+    data = ReportData()
+    several = len(runs) > 1
+    heat: dict[tuple[str, int, float], list[int]] = defaultdict(lambda: [0, 0])
+    by_length: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    by_location: dict[tuple[str, float, int], list[int]] = defaultdict(lambda: [0, 0])
+    negatives: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for run in runs:
+        cells = {c["cell_id"]: c for c in run.cells()}
+        answers = _answers(run)
+        for score in _scores(run):
+            cell = cells[score["cell_id"]]
+            if score["verdict"] not in ("pass", "fail"):
+                continue
+            label, passed = _label(run, cell, several), score["verdict"] == "pass"
+            length = cell["context_length"]["target"]
+            if cell["negative"]:
+                counts = negatives[(label, length)]
+                counts[0] += not passed  # a false positive: the model answered what is not there
+                counts[1] += 1
+                continue
+            depth = cell["depth"]["requested"]
+            for table, key in ((heat, (label, length, depth)), (by_length, (label, length))):
+                table[key][0] += passed
+                table[key][1] += 1
+            if cell["repeat"] is not None:
+                counts = by_location[(label, depth, cell["repeat"])]
+                counts[0] += passed
+                counts[1] += 1
+            points = data.points.setdefault(label, [])
+            if len(points) < CELL_POINTS:
+                points.append(
+                    {
+                        "context_length": length,
+                        "depth": depth,
+                        "trial": cell["trial"],
+                        "verdict": score["verdict"],
+                        "answer": answers.get(score["cell_id"], "")[:300],
+                        "votes": ", ".join(f"{v['judge']}: {v['vote']}" for v in score.get("votes", [])),
+                    }
+                )
+        data.dissent += [{**row, "run": run.spec["name"]} for row in dissent(run)]
+        data.costs += _costs(run, several)
+    for (label, length, depth), (passes, n) in sorted(heat.items()):
+        row = _rate_row(passes, n, context_length=length, depth=depth)
+        row["text"] = f"{row['rate']:.2f} (n={n})"
+        data.heat.setdefault(label, []).append(row)
+    data.lengths = [
+        _rate_row(p, n, model=label, context_length=length) for (label, length), (p, n) in sorted(by_length.items())
+    ]
+    data.locations = [
+        _rate_row(p, n, model=label, location=loc, repeat=str(rep))
+        for (label, loc, rep), (p, n) in sorted(by_location.items())
+    ]
+    data.negatives = [
+        _rate_row(fp, n, model=label, context_length=length) for (label, length), (fp, n) in sorted(negatives.items())
+    ]
+    return data
+
+
+def _scores(run: Run) -> Any:
+    path = run.path / "scores.jsonl"
+    if path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                yield json.loads(line)
+
+
+def _answers(run: Run) -> dict[str, str]:
+    out = {}
+    path = run.path / "answers" / "results.jsonl"
+    if path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                result = json.loads(line)
+                out[result["cell_id"]] = result.get("text") or ""
+    return out
+
+
+def _costs(run: Run, several: bool) -> list[dict[str, Any]]:
+    """Per model: the plan's estimate (live and batch) against the cost of what was actually used."""
+    suffix = f" · {run.spec['name']}/{run.run_id[:6]}" if several else ""
+    entries = {m.get("name", m["id"]): m for m in run.spec["models"]}
+    used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # live in/out, batch in/out
+    path = run.path / "answers" / "results.jsonl"
+    if path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                r = json.loads(line)
+                offset = 2 if r["source"]["kind"] == "batch" else 0
+                used[r["model"]][offset] += r["usage"]["input_tokens"]
+                used[r["model"]][offset + 1] += r["usage"]["output_tokens"]
+    rows = []
+    for model in run.manifest["models"]:
+        label = model["label"] + suffix
+        price = price_for(model["id"], entries[model["label"]].get("price"))
+        li, lo, bi, bo = used[model["label"]]
+        actual = None if price is None else price.cost(li, lo, batch=False) + price.cost(bi, bo, batch=True)
+        for kind, usd, tokens in (
+            ("estimate, live", model["cost_usd"]["live"], model["input_tokens"]),
+            ("estimate, batch", model["cost_usd"]["batch"], model["input_tokens"]),
+            ("actual", actual, li + bi),
+        ):
+            if usd is not None:
+                rows.append({"model": label, "kind": kind, "usd": round(usd, 4), "input_tokens": tokens})
+    return rows
+
+
+# -- charts ---------------------------------------------------------------------------------------------------------
+
+
+def heatmap(label: str, rows: list[dict[str, Any]], points: list[dict[str, Any]]) -> Any:
+    import altair as alt
+
+    base = alt.Chart(alt.Data(values=rows), title=f"{label}: pass rate by depth and context length")
+    x = alt.X("context_length:O", title="Context length (tokens)")
+    y = alt.Y("depth:O", title="Depth (%)", sort="ascending")
+    rect = base.mark_rect().encode(
+        x=x,
+        y=y,
+        color=alt.Color("rate:Q", title="Pass rate", scale=alt.Scale(domain=[0, 0.5, 1], range=RAMP)),
+        tooltip=[
+            "context_length:O",
+            "depth:O",
+            alt.Tooltip("rate:Q", format=".0%"),
+            "passes:Q",
+            "n:Q",
+            alt.Tooltip("ci_low:Q", format=".0%", title="95% CI low"),
+            alt.Tooltip("ci_high:Q", format=".0%", title="95% CI high"),
+        ],
+    )
+    text = base.mark_text(fontSize=9).encode(x=x, y=y, text="text:N")
+    grid = (rect + text).properties(width=alt.Step(64), height=alt.Step(22))
+    cells = (
+        alt.Chart(alt.Data(values=points), title="every answer")
+        .mark_point(filled=True, size=30)
+        .encode(
+            x=x,
+            y=y,
+            xOffset="trial:N",
+            color=alt.Color("verdict:N", scale=alt.Scale(domain=["pass", "fail"], range=[RAMP[2], RAMP[0]])),
+            tooltip=["context_length:O", "depth:O", "trial:N", "verdict:N", "answer:N", "votes:N"],
+        )
+        .properties(width=alt.Step(64), height=alt.Step(22))
+    )
+    return alt.hconcat(grid, cells)
+
+
+def length_chart(rows: list[dict[str, Any]]) -> Any:
+    import altair as alt
+
+    base = alt.Chart(alt.Data(values=rows), title="Pass rate by context length (95% Wilson intervals)")
+    x = alt.X("context_length:Q", title="Context length (tokens)", scale=alt.Scale(type="log", nice=False))
+    line = base.mark_line(point=True).encode(
+        x=x,
+        y=alt.Y("rate:Q", title="Pass rate", scale=alt.Scale(domain=[0, 1])),
+        color="model:N",
+        tooltip=["model:N", "context_length:Q", alt.Tooltip("rate:Q", format=".0%"), "passes:Q", "n:Q"],
+    )
+    band = base.mark_area(opacity=0.15).encode(x=x, y="ci_low:Q", y2="ci_high:Q", color="model:N")
+    return (band + line).properties(width=520, height=260)
+
+
+def location_chart(rows: list[dict[str, Any]]) -> Any:
+    import altair as alt
+
+    return (
+        alt.Chart(alt.Data(values=rows), title="Pass rate by location of the item, per repeat count")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("location:Q", title="Location (% of the stack)"),
+            y=alt.Y("rate:Q", title="Pass rate", scale=alt.Scale(domain=[0, 1])),
+            color="model:N",
+            strokeDash=alt.StrokeDash("repeat:N", title="Repeats"),
+            tooltip=["model:N", "location:Q", "repeat:N", alt.Tooltip("rate:Q", format=".0%"), "n:Q"],
+        )
+        .properties(width=520, height=260)
+    )
+
+
+def negatives_chart(rows: list[dict[str, Any]]) -> Any:
+    import altair as alt
+
+    base = alt.Chart(alt.Data(values=rows), title="Negative controls: share answered with a value that is not there")
+    bars = base.mark_bar().encode(
+        x=alt.X("context_length:O", title="Context length (tokens)"),
+        y=alt.Y("rate:Q", title="False-positive rate", scale=alt.Scale(domain=[0, 1])),
+        xOffset="model:N",
+        color="model:N",
+        tooltip=["model:N", "context_length:O", "passes:Q", "n:Q"],
+    )
+    errors = base.mark_rule().encode(x="context_length:O", xOffset="model:N", y="ci_low:Q", y2="ci_high:Q")
+    return (bars + errors).properties(width=520, height=220)
+
+
+def dissent_chart(rows: list[dict[str, Any]]) -> Any:
+    import altair as alt
+
+    values = [r for r in rows if r["dissent_from_majority"] is not None]
+    return (
+        alt.Chart(alt.Data(values=values), title="Judge dissent: votes against the panel's majority")
+        .mark_bar()
+        .encode(
+            x=alt.X("dissent_from_majority:Q", title="Share of votes", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("judge:N", title=None),
+            tooltip=["judge:N", "votes:Q", "dissent_from_majority:Q"],
+        )
+        .properties(width=420)
+    )
+
+
+def cost_chart(rows: list[dict[str, Any]]) -> Any:
+    import altair as alt
+
+    return (
+        alt.Chart(alt.Data(values=rows), title="Cost per model (USD): estimate against actual")
+        .mark_bar()
+        .encode(
+            x=alt.X("usd:Q", title="USD"),
+            y=alt.Y("model:N", title=None),
+            yOffset="kind:N",
+            color="kind:N",
+            tooltip=["model:N", "kind:N", alt.Tooltip("usd:Q", format="$.4f"), "input_tokens:Q"],
+        )
+        .properties(width=420)
+    )
+
+
+def charts(data: ReportData, wanted: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """(file name, chart) for every wanted chart that has data."""
+    out: list[tuple[str, Any]] = []
+    if "heatmap" in wanted:
+        for label, rows in data.heat.items():
+            out.append((f"heatmap-{_slug(label)}", heatmap(label, rows, data.points.get(label, []))))
+    for name, rows, draw in (
+        ("length", data.lengths, length_chart),
+        ("location", data.locations, location_chart),
+        ("negatives", data.negatives, negatives_chart),
+        ("dissent", [r for r in data.dissent if r["votes"]], dissent_chart),
+        ("cost", data.costs, cost_chart),
+    ):
+        if name in wanted and rows:
+            out.append((name, draw(rows)))
+    return out
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()[:60]
+
+
+# -- output ---------------------------------------------------------------------------------------------------------
 
 SUMMARY_FIELDS = ("model", "context_length", "depth", "n", "passes", "rate", "ci_low", "ci_high")
 
 
-def write_summary(data: dict[str, list[dict[str, Any]]], path: Path) -> None:
+def write_summary(data: ReportData, path: Path) -> None:
     """summary.csv: one row per model x length x depth."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY_FIELDS)
         writer.writeheader()
-        for label, rows in data.items():
+        for label, rows in data.heat.items():
             for row in rows:
                 writer.writerow(
                     {"model": label, **{k: round(row[k], 4) if k == "rate" else row[k] for k in SUMMARY_FIELDS[1:]}}
@@ -93,9 +356,9 @@ def model_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _summary_html(data: dict[str, list[dict[str, Any]]]) -> str:
+def _summary_html(data: ReportData) -> str:
     items = []
-    for label, rows in data.items():
+    for label, rows in data.heat.items():
         s = model_summary(rows)
         longest = f"{s['all_depths_pass_up_to']:,} tokens" if s["all_depths_pass_up_to"] else "no length"
         rate = (
@@ -107,44 +370,30 @@ def _summary_html(data: dict[str, list[dict[str, Any]]]) -> str:
     return "<section><h2>Summary</h2><ul>" + "".join(items) + "</ul></section>"
 
 
-def heatmap(label: str, rows: list[dict[str, Any]]) -> Any:
-    import altair as alt
-
-    base = alt.Chart(alt.Data(values=rows), title=f"{label}: mean score by depth and context length")
-    rect = base.mark_rect().encode(
-        x=alt.X("context_length:O", title="Context length (tokens)"),
-        y=alt.Y("depth:O", title="Depth (%)", sort="ascending"),
-        color=alt.Color("score:Q", title="Score", scale=alt.Scale(domain=[0, 0.5, 1], range=RAMP)),
-        tooltip=["context_length:O", "depth:O", alt.Tooltip("score:Q", format=".2f"), "passes:Q", "n:Q"],
-    )
-    text = base.mark_text(fontSize=10).encode(
-        x="context_length:O", y=alt.Y("depth:O", sort="ascending"), text=alt.Text("score:Q", format=".2f")
-    )
-    return (rect + text).properties(width=alt.Step(48), height=alt.Step(22))
-
-
-def build_report(run: Run) -> Path:
+def build_report(runs: list[Run], folder: Path | None = None) -> Path:
+    """Write the report of one run (into its report/) or of several (into the first's, unless ``folder``)."""
     import altair as alt
     import vl_convert as vlc
 
-    folder = run.path / "report"
-    folder.mkdir(exist_ok=True)
-    data = heatmap_data(run)
-    charts = []
-    for i, (label, rows) in enumerate(data.items(), 1):
-        chart = heatmap(label, rows)
-        (folder / f"heatmap-{i}.png").write_bytes(vlc.vegalite_to_png(chart.to_dict(), scale=2))
-        charts.append(chart)
+    folder = folder or runs[0].path / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = collect(runs)
+    wanted = tuple(runs[0].spec.get("report", {}).get("charts", CHARTS))
+    drawn = charts(data, wanted)
+    for name, chart in drawn:
+        (folder / f"{name}.png").write_bytes(vlc.vegalite_to_png(chart.to_dict(), scale=2))
     write_summary(data, folder / "summary.csv")
-    title = run.spec.get("report", {}).get("title", run.spec["name"])
-    if charts:
-        page = vlc.vegalite_to_html(alt.vconcat(*charts).to_dict(), bundle=True)
+    title = runs[0].spec.get("report", {}).get("title", " vs ".join(r.spec["name"] for r in runs))
+    head = f"<h1>{html.escape(title)}</h1>\n{_summary_html(data)}"
+    if drawn:
+        spec = alt.vconcat(*(chart for _, chart in drawn)).configure_view(strokeWidth=0).to_dict()
+        page = vlc.vegalite_to_html(spec, bundle=True)
         page = page.replace("<head>", f"<head>\n    <title>{html.escape(title)}</title>", 1)
-        page = page.replace("<body>", f"<body>\n<h1>{html.escape(title)}</h1>\n{_summary_html(data)}", 1)
+        page = page.replace("<body>", f"<body>\n{head}", 1)
     else:
         page = (
-            f"<!DOCTYPE html><html><head><title>{html.escape(title)}</title></head><body><p>No scored cells "
-            "yet.</p></body></html>"
+            f"<!DOCTYPE html><html><head><title>{html.escape(title)}</title></head><body>{head}"
+            "<p>No scored cells yet.</p></body></html>"
         )
     (folder / "index.html").write_text(page, encoding="utf-8")
     return folder / "index.html"

@@ -14,7 +14,17 @@ def scored_run(spec_file, tmp_path):
     for i, cell in enumerate(cells):
         wrong = cell["trial"] == 1 and cell["context_length"]["target"] == 900 and cell["depth"]["requested"] == 40
         text = "I cannot say." if wrong else f"It is {cell['expected'][0] if cell['expected'] else 'not found'}."
-        results.append({"cell_id": cell["cell_id"], "status": "ok", "text": text})
+        results.append(
+            {
+                "cell_id": cell["cell_id"],
+                "stage": "answers",
+                "model": cell["model"],
+                "status": "ok",
+                "text": text,
+                "usage": {"input_tokens": 100, "output_tokens": 5},
+                "source": {"kind": "batch"},
+            }
+        )
         verdict = "fail" if wrong else "pass"
         # Judges A and B always vote with the panel; C votes against it on every other cell.
         votes = [

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from nspec.runners.report import build_report, heatmap_data, model_summary, wilson
+from nspec.runners.report import build_report, collect, model_summary, wilson
 from nspec.runners.rundir import Run
 from tests.test_audit import scored_run
 
@@ -30,7 +30,7 @@ def test_wilson_without_data():
 
 def test_summary_csv_and_page(spec_file, tmp_path):
     run, _ = scored_run(spec_file, tmp_path)  # gpt-4.1-mini: 2 lengths x 3 depths x 2 trials; (900, 40) fails once
-    page = build_report(Run(run)).read_text()
+    page = build_report([Run(run)]).read_text()
     rows = list(csv.DictReader((run / "report" / "summary.csv").read_text().splitlines()))
     assert [r["model"] for r in rows] == ["openai/gpt-4.1-mini"] * 6
     assert [(r["context_length"], r["depth"]) for r in rows] == [
@@ -45,7 +45,7 @@ def test_summary_csv_and_page(spec_file, tmp_path):
     assert (mixed["n"], mixed["passes"], mixed["rate"]) == ("2", "1", "0.5")
     assert (float(mixed["ci_low"]), float(mixed["ci_high"])) == pytest.approx(wilson(1, 2), abs=1e-4)
     assert all(r["rate"] == "1.0" for i, r in enumerate(rows) if i != 4)
-    summary = model_summary(heatmap_data(Run(run))["openai/gpt-4.1-mini"])
+    summary = model_summary(collect([Run(run)]).heat["openai/gpt-4.1-mini"])
     assert summary["all_depths_pass_up_to"] == 400 and (summary["passes"], summary["n"]) == (11, 12)
     assert "<h2>Summary</h2>" in page
     assert "every depth passes up to 400 tokens; 91.7% of 12 cells pass (95% CI 64.6%-98.5%)" in page

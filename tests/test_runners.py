@@ -293,9 +293,13 @@ def test_run_end_to_end_with_report(emulator, tmp_path, cli):
     assert len(scores) == 16 and {s["verdict"] for s in scores} <= {"pass", "fail", "undecided"}
     assert sum(s["verdict"] == "pass" for s in scores) >= 12  # the oracle finds the needles
     report = run / "report"
-    assert (report / "index.html").is_file() and sorted(p.name for p in report.glob("*.png")) == [
-        "heatmap-1.png",
-        "heatmap-2.png",
+    assert (report / "index.html").is_file() and (report / "summary.csv").is_file()
+    assert sorted(p.name for p in report.glob("*.png")) == [
+        "cost.png",
+        "heatmap-anthropic-claude-haiku-4-5.png",
+        "heatmap-openai-gpt-4-1-mini.png",
+        "length.png",
+        "negatives.png",
     ]
     assert "<script src=" not in (report / "index.html").read_text()  # Vega inlined: works offline
     again = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
