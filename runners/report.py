@@ -370,6 +370,18 @@ def _summary_html(data: ReportData) -> str:
     return "<section><h2>Summary</h2><ul>" + "".join(items) + "</ul></section>"
 
 
+def _script_safe(page: str, spec: dict[str, Any]) -> str:
+    """vl-convert writes the chart spec, answers included, raw into a <script>: an answer holding "</script>"
+    would end the script and run what follows. Put the same spec back with "</" and "<!--" escaped, which
+    JavaScript reads as the same strings."""
+    marker = "const spec = "
+    start = page.index(marker) + len(marker)
+    end = page.index(";\n", start)  # JSON holds no raw newline: the first one after it ends the statement
+    safe = json.dumps(spec, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
+    safe = safe.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return page[:start] + safe + page[end:]
+
+
 def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     """Write the report of one run (into its report/) or of several (into the first's, unless ``folder``)."""
     import altair as alt
@@ -387,9 +399,10 @@ def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     head = f"<h1>{html.escape(title)}</h1>\n{_summary_html(data)}"
     if drawn:
         spec = alt.vconcat(*(chart for _, chart in drawn)).configure_view(strokeWidth=0).to_dict()
-        page = vlc.vegalite_to_html(spec, bundle=True)
+        page = _script_safe(vlc.vegalite_to_html(spec, bundle=True), spec)
         page = page.replace("<head>", f"<head>\n    <title>{html.escape(title)}</title>", 1)
-        page = page.replace("<body>", f"<body>\n{head}", 1)
+        body = page.index("<body>", page.index("</head>")) + len("<body>")  # not a "<body>" inside the libraries
+        page = page[:body] + f"\n{head}" + page[body:]
     else:
         page = (
             f"<!DOCTYPE html><html><head><title>{html.escape(title)}</title></head><body>{head}"
