@@ -66,26 +66,32 @@ class ReportData:
     costs: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _label(run: Run, cell: dict[str, Any], several: bool) -> str:
+def run_labels(runs: list[Run]) -> list[str]:
+    """How each run is named beside its models when several are compared (the same run twice stays two)."""
+    base = [f"{r.spec['name']}/{r.run_id[:6]}" for r in runs]
+    return [f"{b}#{i + 1}" if base.count(b) > 1 else b for i, b in enumerate(base)]
+
+
+def _label(cell: dict[str, Any], run_label: str | None) -> str:
     label = cell["model"] + (f" ({cell['prompt']})" if cell["prompt"] else "")
-    return f"{label} · {run.spec['name']}/{run.run_id[:6]}" if several else label
+    return f"{label} · {run_label}" if run_label else label
 
 
 def collect(runs: list[Run]) -> ReportData:
     data = ReportData()
-    several = len(runs) > 1
+    names: list[str | None] = list(run_labels(runs)) if len(runs) > 1 else [None]
     heat: dict[tuple[str, int, float], list[int]] = defaultdict(lambda: [0, 0])
     by_length: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     by_location: dict[tuple[str, float, int], list[int]] = defaultdict(lambda: [0, 0])
     negatives: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-    for run in runs:
+    for run, run_label in zip(runs, names, strict=True):
         cells = {c["cell_id"]: c for c in run.cells()}
         answers = _answers(run)
         for score in _scores(run):
             cell = cells[score["cell_id"]]
             if score["verdict"] not in ("pass", "fail"):
                 continue
-            label, passed = _label(run, cell, several), score["verdict"] == "pass"
+            label, passed = _label(cell, run_label), score["verdict"] == "pass"
             length = cell["context_length"]["target"]
             if cell["negative"]:
                 counts = negatives[(label, length)]
@@ -113,7 +119,7 @@ def collect(runs: list[Run]) -> ReportData:
                     }
                 )
         data.dissent += [{**row, "run": run.spec["name"]} for row in dissent(run)]
-        data.costs += _costs(run, several)
+        data.costs += _costs(run, run_label)
     for (label, length, depth), (passes, n) in sorted(heat.items()):
         row = _rate_row(passes, n, context_length=length, depth=depth)
         row["text"] = f"{row['rate']:.2f} (n={n})"
@@ -150,9 +156,9 @@ def _answers(run: Run) -> dict[str, str]:
     return out
 
 
-def _costs(run: Run, several: bool) -> list[dict[str, Any]]:
+def _costs(run: Run, run_label: str | None) -> list[dict[str, Any]]:
     """Per model: the plan's estimate (live and batch) against the cost of what was actually used."""
-    suffix = f" · {run.spec['name']}/{run.run_id[:6]}" if several else ""
+    suffix = f" · {run_label}" if run_label else ""
     entries = {m.get("name", m["id"]): m for m in run.spec["models"]}
     used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # live in/out, batch in/out
     path = run.path / "answers" / "results.jsonl"
