@@ -2,11 +2,12 @@
 some answers are wrong) and count the cells the deterministic scorers decided.
 
 The example is included unchanged; the wrapper only points its models and judges at the emulator.
-Run: .venv/bin/python bench/grading.py
+Run: .venv/bin/python bench/grading.py [--keep DIR]   (DIR keeps the run directories and their reports)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -49,6 +50,9 @@ def wrapper(example: str, emu: Emulator, folder: Path) -> Path:
 
 
 def main_bench() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", help="folder that keeps the run directories (default: a temporary one)")
+    args = parser.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench")
     os.environ.setdefault("ANTHROPIC_API_KEY", "bench")
     degrade = Degrade(miss_beyond_depth=85, miss_beyond_tokens=64_000, miss_rate=0.05)
@@ -57,7 +61,9 @@ def main_bench() -> None:
         responder=Responder(degrade=degrade),
         timing=Timing(validate_seconds=0.1, seconds_per_request=0.0005, finalize_seconds=0.1),
     )
-    with Emulator(config) as emu, tempfile.TemporaryDirectory() as tmp:
+    with Emulator(config) as emu, tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         examples = sorted(
             p.stem for p in (ROOT / "specs").glob("*.yaml") if p.stem != "quickstart"
         )  # quickstart: local

@@ -269,7 +269,12 @@ def negatives_chart(rows: list[dict[str, Any]]) -> Any:
         tooltip=["model:N", "context_length:O", "passes:Q", "n:Q"],
     )
     errors = base.mark_rule().encode(x="context_length:O", xOffset="model:N", y="ci_low:Q", y2="ci_high:Q")
-    return (bars + errors).properties(width=520, height=220)
+    counts = (
+        base.transform_calculate(label="datum.passes + '/' + datum.n")
+        .mark_text(dy=-6, fontSize=9)
+        .encode(x="context_length:O", xOffset="model:N", y="rate:Q", text="label:N")
+    )  # "0/16" reads where no bar shows
+    return (bars + errors + counts).properties(width=520, height=220)
 
 
 def dissent_chart(rows: list[dict[str, Any]]) -> Any:
