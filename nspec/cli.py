@@ -269,12 +269,31 @@ def _print_status(report: dict[str, Any]) -> None:
 def collect(
     run: Annotated[str, typer.Argument(help="The run directory.")],
     wait: Annotated[bool, typer.Option("--wait", help="Poll until every request has a final result.")] = False,
+    from_file: Annotated[
+        str | None,
+        typer.Option("--from", help="Import an output file of `vllm run-batch` (OpenAI batch-output lines)."),
+    ] = None,
 ) -> None:
     """Download finished results into answers/results.jsonl; resubmit failed and expired requests per the retry
-    policy. Exit 3 while requests are pending, 4 if some ended without an answer."""
+    policy. With --from, import results computed elsewhere instead. Exit 3 while requests are pending, 4 if some
+    ended without an answer."""
     from nspec.runners.rundir import Run
     from nspec.runners.session import Session, stages
 
+    if from_file is not None:
+        from pathlib import Path
+
+        from nspec.runners.importer import import_results
+
+        report = import_results(Run(run), Path(from_file))
+        _stdout().print(
+            f"{report.written} results imported, {report.already} already "
+            f"there, {report.unknown} lines not of this run; {report.missing} requests still without a "
+            "result",
+            markup=False,
+        )
+        _finish(report.missing, report.failed)
+        return
     pending = failed = 0
     for stage in stages(Run(run)):
         session = Session.open(run, stage=stage)

@@ -220,7 +220,7 @@ def parse_openai(line: dict[str, Any]) -> Outcome:
         return Outcome(custom_id, status, error={"code": code, "message": error.get("message")})
     body = (response or {}).get("body") or {}
     if not response or response.get("status_code") != 200:
-        err = body.get("error") or {}
+        err = body["error"] if isinstance(body.get("error"), dict) else body  # vLLM puts the error at the top
         retryable = (response or {}).get("status_code", 500) >= 500 or (response or {}).get("status_code") == 429
         return Outcome(
             custom_id,

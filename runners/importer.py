@@ -1,0 +1,81 @@
+"""Importing results computed elsewhere: the output file of `vllm run-batch` (or any engine that reads the compiled
+OpenAI request shards and writes OpenAI batch-output lines — one line per request, errors inline) becomes the run's
+results, keyed by custom_id, exactly as if nspec had collected them.
+
+This is the way past one machine: compile, copy `answers/requests/*.jsonl` to GPUs, run them there, bring the output
+file back with `nspec collect RUN --from FILE`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from nspec.errors import UserError
+from nspec.runners.providers import parse_openai
+from nspec.runners.rundir import ResultsFile, Run, shard_lines
+
+
+@dataclass
+class Imported:
+    written: int = 0  # new results
+    already: int = 0  # cells that had a result before
+    unknown: int = 0  # lines whose custom_id is no request of this run
+    failed: int = 0  # requests of the run whose final result is an error (imported now or before)
+    missing: int = 0  # requests of the run still without a result
+
+
+def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
+    """Append the results in ``source`` to the stage's results file and record them in the ledger."""
+    if not source.is_file():
+        raise UserError(f"no such file: {source}")
+    owner: dict[str, tuple[str, str]] = {}  # custom_id → (model, shard)
+    for model in run.models(stage):
+        if model.provider not in ("openai", "openai-compatible", "local"):
+            continue  # only OpenAI-format shards can have been run by such an engine
+        for shard in model.shards:
+            for cid, _ in shard_lines(run.path / shard["file"]):
+                owner[cid] = (model.label, shard["file"])
+    ledger = run.ledger()
+    results = ResultsFile(run.path / stage / "results.jsonl")
+    report = Imported()
+    try:
+        registered = {j.shard for j in ledger.jobs(stage)}
+        with open(source, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    outcome = parse_openai(json.loads(line))
+                except (json.JSONDecodeError, KeyError, TypeError, IndexError):
+                    raise UserError(f"{source}:{number}: not a batch output line") from None
+                if outcome.custom_id not in owner:
+                    report.unknown += 1
+                    continue
+                label, shard = owner[outcome.custom_id]
+                if shard not in registered:
+                    ids = [cid for cid, _ in shard_lines(run.path / shard)]
+                    sha = next(s["sha256"] for m in run.models(stage) for s in m.shards if s["file"] == shard)
+                    ledger.add_job(stage, label, "import", shard, sha, ids, 1)
+                    registered.add(shard)
+                record = {
+                    "cell_id": outcome.custom_id,
+                    "stage": stage,
+                    "model": label,
+                    **outcome.as_result(),
+                    "source": {"kind": "import", "file": source.name},
+                }
+                if not results.append(record):
+                    report.already += 1
+                    continue
+                report.written += 1
+                state = "done" if outcome.status == "ok" else "failed"
+                error = None if outcome.error is None else str(outcome.error.get("code"))
+                ledger.finish(outcome.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, "import")
+        report.missing = len(set(owner) - results.ids)
+        report.failed = sum(e["states"].get("failed", 0) for e in ledger.counts(stage).values())
+    finally:
+        results.close()
+        ledger.close()
+    return report
