@@ -23,7 +23,7 @@ from pathlib import Path
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Job, Ledger
 from nspec.runners.providers import AnthropicBatches, OpenAIBatches, Outcome, batch_client, credentials, transient
-from nspec.runners.rundir import ResultsFile, Run, shard_lines
+from nspec.runners.rundir import ResultsFile, Run, register_shards, shard_lines
 
 
 @dataclass
@@ -53,12 +53,7 @@ class BatchRunner:
 
     def plan(self) -> None:
         """Record the compiled shards as jobs (once)."""
-        known = {j.shard for j in self.ledger.jobs(self.stage)}
-        for model in self.batch_models:
-            for shard in model.shards:
-                if shard["file"] not in known:
-                    ids = [cid for cid, _ in shard_lines(self.run.path / shard["file"])]
-                    self.ledger.add_job(self.stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
+        register_shards(self.run, self.ledger, self.stage, self.batch_models)
 
     def submit(self, progress: Progress) -> None:
         self.plan()

@@ -93,15 +93,23 @@ class Ledger:
     # -- jobs ----------------------------------------------------------------------------------------------------
 
     def add_job(
-        self, stage: str, model: str, provider: str, shard: str, sha: str, custom_ids: list[str], attempt: int
+        self,
+        stage: str,
+        model: str,
+        provider: str,
+        shard: str,
+        sha: str,
+        custom_ids: list[str],
+        attempt: int,
+        state: str = "planned",
     ) -> None:
-        """A planned job and its requests, if not recorded already (idempotent)."""
+        """A job (`planned` for a batch, `live` for live calls) and its requests, if not recorded already."""
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             cur = self.db.execute(
                 "INSERT OR IGNORE INTO jobs (stage, model, provider, shard, shard_sha256, requests, attempt, state)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'planned')",
-                (stage, model, provider, shard, sha, len(custom_ids), attempt),
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (stage, model, provider, shard, sha, len(custom_ids), attempt, state),
             )
             if cur.rowcount:
                 self.db.executemany(

@@ -75,6 +75,16 @@ def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
                 yield json.loads(line)["custom_id"], line
 
 
+def register_shards(run: Run, ledger: Ledger, stage: str, models: list[RunModel], state: str = "planned") -> None:
+    """Record the compiled shards of ``models`` in the ledger as jobs with their requests (once)."""
+    known = {j.shard for j in ledger.jobs(stage)}
+    for model in models:
+        for shard in model.shards:
+            if shard["file"] not in known:
+                ids = [cid for cid, _ in shard_lines(run.path / shard["file"])]
+                ledger.add_job(stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1, state)
+
+
 class ResultsFile:
     """An append-only JSONL of final results keyed by cell_id. Opening repairs a line torn by a crash; results
     already present are never written again, so resuming after a crash between writing a result and recording it

@@ -25,7 +25,7 @@ from nspec.runners.judging import compile_judges
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
-from nspec.runners.rundir import SCORING_OVERRIDE, ResultsFile, Run, RunModel, shard_lines
+from nspec.runners.rundir import SCORING_OVERRIDE, ResultsFile, Run, RunModel, register_shards, shard_lines
 from nspec.runners.scoring import score_run
 
 
@@ -100,26 +100,20 @@ class Session:
         return progress
 
     def _count(self, progress: RunProgress) -> None:
-        for entry in self.ledger.counts(self.stage).values():
+        counts = self.ledger.counts(self.stage)
+        for entry in counts.values():
             states = entry["states"]
             progress.pending += sum(states.get(s, 0) for s in ("pending", "submitted", "retry"))
             progress.failed += states.get("failed", 0)
-        planned = {m.label for m in self.run.models(self.stage)}
-        recorded = set(self.ledger.counts(self.stage))
-        for model in self.run.models(self.stage):  # live models not registered yet
-            if model.label in planned - recorded:
+        for model in self.run.models(self.stage):  # not registered yet (collect before any submit): all pending
+            if model.label not in counts:
                 progress.pending += sum(s["requests"] for s in model.shards)
 
     def _live(self, models: list[RunModel], results: ResultsFile, progress: RunProgress) -> None:
         """Register live models' requests (once) and send every one without a final result."""
-        known = {j.shard for j in self.ledger.jobs(self.stage)}
+        register_shards(self.run, self.ledger, self.stage, models, state="live")
         wanted: list[str] = []
         for model in models:
-            for shard in model.shards:
-                if shard["file"] not in known:
-                    ids = [cid for cid, _ in shard_lines(self.run.path / shard["file"])]
-                    self.ledger.add_job(self.stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1)
-                    self.ledger.update_job(self.ledger.jobs(self.stage)[-1].id, state="live")
             for state in ("pending", "submitted", "retry"):
                 wanted += [r["custom_id"] for r in self.ledger.requests_in(self.stage, model.label, state)]
         if wanted:
