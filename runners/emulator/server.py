@@ -12,6 +12,7 @@ import uvicorn
 from nspec.errors import NspecError
 from nspec.runners.emulator.app import Emulation, build_app
 from nspec.runners.emulator.config import EmulatorConfig
+from nspec.runners.emulator.state import Clock
 
 
 class Emulator:
@@ -32,7 +33,8 @@ class Emulator:
         self._thread: threading.Thread | None = None
 
     @property
-    def clock(self):
+    def clock(self) -> Clock:
+        """The emulator's clock, for tests that jump in time."""
         return self.emulation.clock
 
     @property
