@@ -156,6 +156,11 @@ class CellMaker:
                 size += len(doc.encode())
                 i += 1
             text = "".join(parts)
+            if not self.is_stack and len(text) > want_bytes:
+                # The last document overshoots by up to a whole novel: tokenise only up to the line end after the
+                # bytes wanted (some tokenizers, llama.cpp's among them, take seconds per megabyte).
+                end = text.find("\n", want_bytes)
+                text = text if end < 0 else text[: end + 1]
             tt = TokenizedText(text, tokenizer, starts if self.is_stack else None)
             if self.is_stack:
                 unclean = [s for s in starts[1:] if not is_clean(tt.data, s)]

@@ -6,8 +6,8 @@ as its slice of the token array, and where two pieces meet, the difference the j
 bytes either side (from the nearest clean point inward), which is exact because clean points split the same way in
 any text.
 
-Counts follow OpenAI's published formula for chat requests: every message costs 3 tokens plus its role and content,
-and the reply is primed with 3 more.
+What the request format adds around the messages' texts comes from the tokenizer (`Tokenizer.framing`): OpenAI's
+published formula for chat requests, or the local engine's plain-text rendering.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from nspec.errors import CompileError
 from .haystack import TokenizedText
 from .tokenizers import Tokenizer
 
-MESSAGE_TOKENS = 4  # 3 per message + 1 for its role (system, user and assistant are one token each)
-REPLY_PRIMING_TOKENS = 3
 # How far short of its target a text-haystack cell may fall: the cut goes back to the last clean point, usually a
 # word boundary a token or two away; layout such as blank lines before a chapter heading can stretch it to ~10.
 # (Stack cells are cut between items, so they may fall short by up to one item and its separator.)
@@ -65,11 +63,9 @@ class BuiltContext:
 
 def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
     """Tokens of everything but the user message's haystack part (in the tokenizer's own units)."""
-    total = REPLY_PRIMING_TOKENS + MESSAGE_TOKENS  # the user message
-    for text in (parts.system, parts.prefill):
-        if text is not None:
-            total += MESSAGE_TOKENS + len(tokenizer.encode(text))
-    return total
+    others = [text for text in (parts.system, parts.prefill) if text is not None]
+    framing = tokenizer.framing(1 + len(others), parts.prefill is not None)
+    return framing + sum(len(tokenizer.encode(text)) for text in others)
 
 
 def build_context(

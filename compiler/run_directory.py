@@ -29,18 +29,24 @@ from .requests import FORMATS, LIMITS, encode_line
 
 FORMAT_VERSION = 1
 # Providers that have a batch API; `mode: auto` uses it there.
-_BATCH_PROVIDERS = ("openai", "anthropic", "local")
+_BATCH_PROVIDERS = ("openai", "anthropic")
 
 
-def compile_hash(spec: dict[str, Any], source: HaystackSource) -> str:
+def compile_hash(spec: dict[str, Any], source: HaystackSource, tokenizers: list[str]) -> str:
+    """The run's identity: the spec, the haystack, and how tokens were counted (a local model counts with its own
+    tokenizer only when the local engine is installed)."""
     digest = hashlib.sha256()
     digest.update(f"nspec-format-{FORMAT_VERSION}\0".encode())
     digest.update(json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
     digest.update(f"\0haystack\0{source.digest}".encode())
+    digest.update(f"\0tokenizers\0{' '.join(tokenizers)}".encode())
     return digest.hexdigest()
 
 
 def effective_mode(model: Model) -> str:
+    """batch, live, or local: local models always run on the local engine, which reads the batch files."""
+    if model.provider == "local":
+        return "local"
     if model.mode != "auto":
         return model.mode
     has_batch = model.provider in _BATCH_PROVIDERS or model.entry.get("batch_api") is True
@@ -112,7 +118,8 @@ class Plan:
 
 def _prepare(spec: dict[str, Any], base_dir: str) -> tuple[HaystackSource, CellMaker, str]:
     source = load_haystack(spec["haystack"], base_dir)
-    return source, CellMaker(spec, source), compile_hash(spec, source)
+    maker = CellMaker(spec, source)
+    return source, maker, compile_hash(spec, source, [m.tokenizer.name for m in maker.models])
 
 
 def _haystack_info(source: HaystackSource) -> dict[str, Any]:

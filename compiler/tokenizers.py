@@ -62,6 +62,12 @@ _CL100K_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embe
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
 
 
+class TokenLengths(Protocol):
+    """UTF-8 byte length of each token id (a list, or a mapping of the ids a tokenizer has produced)."""
+
+    def __getitem__(self, token: int, /) -> int: ...
+
+
 class Tokenizer(Protocol):
     """What the compiler needs of a tokenizer. Token ids are only meaningful to the tokenizer that made them."""
 
@@ -78,15 +84,23 @@ class Tokenizer(Protocol):
         ...
 
     @property
-    def byte_lengths(self) -> Sequence[int]:
-        """UTF-8 byte length of each token id."""
-        ...
+    def byte_lengths(self) -> TokenLengths: ...
 
     def encode(self, text: str) -> list[int]: ...
     def count(self, text: str) -> int: ...
     def scale(self, tokens: int) -> int:
         """Model tokens for ``tokens`` of this tokenizer's own (the proxy factor); identity for exact ones."""
         ...
+
+    def framing(self, messages: int, prefill: bool) -> int:
+        """Tokens the request format adds to the texts of ``messages`` messages (the last a prefill if ``prefill``)."""
+        ...
+
+
+def chat_framing(messages: int) -> int:
+    """OpenAI's published count for chat requests: 3 tokens per message plus 1 for its role (system, user and
+    assistant are one token each), and 3 priming the reply."""
+    return 3 + 4 * messages
 
 
 @dataclass
@@ -110,6 +124,9 @@ class TiktokenTokenizer:
 
     def scale(self, tokens: int) -> int:
         return tokens
+
+    def framing(self, messages: int, prefill: bool) -> int:
+        return chat_framing(messages)
 
 
 @dataclass
@@ -141,8 +158,11 @@ class ProxyTokenizer:
     def scale(self, tokens: int) -> int:
         return math.ceil(tokens * self.factor)
 
+    def framing(self, messages: int, prefill: bool) -> int:
+        return chat_framing(messages)
 
-# The local engine fills this in (model id → tokenizer); until then local models are counted by proxy.
+
+# The local engine fills this in (`nspec.runners.local.register`); until then local models are counted by proxy.
 _model_tokenizers: dict[str, Callable[[str], Tokenizer | None]] = {}
 
 

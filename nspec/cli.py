@@ -556,7 +556,9 @@ def _finish(pending: int, failed: int) -> None:
 def emulator(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: one the OS picks).")] = 8765,
-    responder: Annotated[str, typer.Option(help="What the models answer: oracle | echo.")] = "",
+    responder: Annotated[
+        str, typer.Option(help="What the models answer: oracle | echo | local (the local engine's model).")
+    ] = "",
     config: Annotated[str | None, typer.Option(help="Config file (YAML or JSON): timing, limits, faults.")] = None,
     state: Annotated[str | None, typer.Option(help="Folder that keeps batches and files across restarts.")] = None,
     realistic: Annotated[bool, typer.Option(help="Batch durations like a busy real service.")] = False,
@@ -601,6 +603,9 @@ def _print_issues(console: Console, issues: list[SpecIssue]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; the single place where errors become exit codes."""
+    from nspec.runners import local
+
+    local.register()
     try:
         app(args=argv, prog_name="nspec")  # standalone: usage errors print themselves and exit 2
     except SystemExit as exc:

@@ -161,6 +161,9 @@ class LiveCaller:
 
             self.client = openai.AsyncOpenAI(api_key=creds.api_key, base_url=creds.base_url, max_retries=0)
 
+    async def close(self) -> None:
+        await self.client.close()
+
     async def call(self, request: LiveRequest) -> Outcome:
         """Send one request; a 429 waits and goes again without using up an attempt (it says nothing about the
         request), other retryable errors use one each."""
@@ -252,9 +255,13 @@ async def run_live(
 ) -> int:
     """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
     number of 429s received."""
+    from nspec.runners.local import LocalCaller
+
     wanted = {r.model for r in requests}
-    callers = {
-        label: LiveCaller(s.provider, s.creds, s.limits, s.attempts, s.backoff)
+    callers: dict[str, LiveCaller | LocalCaller] = {
+        label: LocalCaller(s.limits)
+        if s.provider == "local"
+        else LiveCaller(s.provider, s.creds, s.limits, s.attempts, s.backoff)
         for label, s in settings.items()
         if label in wanted
     }
@@ -267,7 +274,7 @@ async def run_live(
         await asyncio.gather(*(one(r) for r in requests))
     finally:
         for caller in callers.values():
-            await caller.client.close()
+            await caller.close()
     return sum(c.rate_limited for c in callers.values())
 
 

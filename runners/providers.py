@@ -74,6 +74,8 @@ _PACKAGES = {"openai": "openai", "openai-compatible": "openai", "anthropic": "an
 def credentials(model: dict[str, Any]) -> Credentials:
     """The key and base URL of a model entry; a missing key names the variable to set."""
     provider = model["id"].split("/", 1)[0]
+    if provider == "local":
+        return Credentials("", None)  # the local engine needs no key
     names = (model["api_key_env"],) if "api_key_env" in model else _KEY_VARS[provider]
     key = next((os.environ[n] for n in names if os.environ.get(n)), None)
     if key is None:

@@ -28,6 +28,9 @@ from nspec.runners.providers import Outcome, credentials
 from nspec.runners.rundir import SCORING_OVERRIDE, ResultsFile, Run, RunModel, register_shards, shard_lines
 from nspec.runners.scoring import score_run
 
+# Modes whose requests go one by one from this process: live calls, and the local engine.
+_DIRECT = ("live", "local")
+
 
 @dataclass
 class Session:
@@ -41,12 +44,6 @@ class Session:
     def open(cls, path: str, live_backoff: float = 0.5, stage: str = "answers") -> Session:
         """Open a run; every key and package is checked here, before anything is sent."""
         run = Run(path)
-        local = [m.label for m in run.models(stage) if m.provider == "local"]
-        if local:
-            raise UserError(
-                f"{', '.join(local)}: local models run on the local engine, which this version of nspec "
-                "does not include yet"
-            )
         ledger = run.ledger()
         batch = BatchRunner(run, ledger, stage)
         attempts, _ = run.retry_policy()
@@ -66,7 +63,7 @@ class Session:
         self.batch.submit(progress)
         results = ResultsFile(self.run.path / self.stage / "results.jsonl")
         try:
-            self._live([m for m in self.run.models(self.stage) if m.mode == "live"], results, progress)
+            self._live([m for m in self.run.models(self.stage) if m.mode in _DIRECT], results, progress)
         finally:
             results.close()
         self._count(progress)
@@ -93,7 +90,7 @@ class Session:
             self.batch.collect(results, progress)
             if progress.live:
                 self._send_live(progress.live, results, progress)
-            self._live([m for m in self.run.models(self.stage) if m.mode == "live"], results, progress)
+            self._live([m for m in self.run.models(self.stage) if m.mode in _DIRECT], results, progress)
         finally:
             results.close()
         self._count(progress)
@@ -110,7 +107,7 @@ class Session:
                 progress.pending += sum(s["requests"] for s in model.shards)
 
     def _live(self, models: list[RunModel], results: ResultsFile, progress: RunProgress) -> None:
-        """Register live models' requests (once) and send every one without a final result."""
+        """Register live and local models' requests (once) and send every one without a final result."""
         register_shards(self.run, self.ledger, self.stage, models, state="live")
         wanted: list[str] = []
         for model in models:
@@ -140,6 +137,7 @@ class Session:
         if not requests:
             return
         prices = {label: price_for(models[label].entry["id"], models[label].entry.get("price")) for label in by_model}
+        kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
 
         def record(request: LiveRequest, outcome: Outcome) -> None:
@@ -149,19 +147,21 @@ class Session:
                     "stage": self.stage,
                     "model": request.model,
                     **outcome.as_result(),
-                    "source": {"kind": "live"},
+                    "source": {"kind": kind[request.model]},
                 }
             )
             state = "done" if outcome.status == "ok" else "failed"
             error = None if outcome.error is None else str(outcome.error.get("code"))
-            self.ledger.finish(request.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, "live")
+            self.ledger.finish(
+                request.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, kind[request.model]
+            )
             progress.collected += 1
             price = prices.get(request.model)
             if price is not None:
                 cost[0] += price.cost(outcome.input_tokens, outcome.output_tokens, batch=False)
             failpoint("live-result")
 
-        with _progress_bar(len(requests)) as advance:
+        with _progress_bar(len(requests), "/".join(sorted(set(kind.values())))) as advance:
 
             def on_result(request: LiveRequest, outcome: Outcome) -> None:
                 record(request, outcome)
@@ -224,15 +224,15 @@ class _Rate(ProgressColumn):
 class _progress_bar:
     """A rich progress bar on a terminal (done/total, rate, ETA, cost); silent otherwise."""
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    def __init__(self, total: int, label: str) -> None:
+        self.total, self.label = total, label
         self.bar: Progress | None = None
 
     def __enter__(self) -> Callable[[str], None]:
         if not sys.stderr.isatty():
             return lambda cost: None
         self.bar = Progress(
-            TextColumn("live"),
+            TextColumn(self.label),
             BarColumn(),
             MofNCompleteColumn(),
             _Rate(),

@@ -19,7 +19,6 @@ from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
 from nspec.compiler.requests import request_line
 from nspec.compiler.tokenizers import encoding
-from nspec.errors import UserError
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
 from nspec.runners.scoring import score_cell
@@ -50,12 +49,6 @@ def vet_questions(spec: dict[str, Any], base_dir: str) -> list[VetQuestion]:
 def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> list[dict[str, Any]]:
     """Per model and question: how many of ``trials`` answers passed, and whether the question is flagged."""
     models = models_of(spec)
-    local = [m.label for m in models if m.provider == "local"]
-    if local:
-        raise UserError(
-            f"{', '.join(local)}: local models run on the local engine, which this version of nspec "
-            "does not include yet"
-        )
     settings = {
         m.label: CallerSettings(m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), 3) for m in models
     }

@@ -77,6 +77,18 @@ def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SDK_RETRIES_ENV, "0")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def local_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """As the CLI does: local models counted with their own tokenizer; the model file assembled into a cache folder
+    of the session's own (subprocesses inherit it)."""
+    from nspec.runners import local
+
+    local.register()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NSPEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture
 def emulator() -> Iterator[Callable[..., Emulator]]:
     """Start emulators (ports chosen by the OS) with fast lifecycles; all are stopped at the end."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
 from nspec.runners.emulator.generation import anthropic_message
-from nspec.runners.emulator.responders import Echo, Oracle
+from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
 
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -82,7 +82,7 @@ def cancel(store: Store, batch: dict[str, Any], now: float) -> None:
 
 
 def status(
-    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Oracle | Echo, base_url: str
+    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder, base_url: str
 ) -> dict[str, Any]:
     if batch["final"] is None:
         _maybe_end(store, batch, config, now, responder)
@@ -111,9 +111,7 @@ def status(
     return view
 
 
-def _maybe_end(
-    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Oracle | Echo
-) -> None:
+def _maybe_end(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
     t = _times(batch, config)
     candidates = [(t["processed"], "done"), (t["expire"], "expired")]
     if batch["cancel_at"] is not None:

@@ -64,7 +64,8 @@ class Degrade:
 
 @dataclass
 class Responder:
-    kind: str = "oracle"  # oracle | echo
+    kind: str = "oracle"  # oracle | echo | local
+    model: str = "gemma-3-270m"  # the local engine's model, for `local`
     not_found: str = "UNANSWERABLE: the context does not contain the answer."
     degrade: Degrade = field(default_factory=Degrade)
 

@@ -7,7 +7,7 @@ import secrets
 from typing import Any
 
 from nspec.compiler.tokenizers import encoding
-from nspec.runners.emulator.responders import Echo, Oracle, message_text
+from nspec.runners.emulator.responders import Responder, message_text
 
 DEFAULT_OPENAI_MAX_TOKENS = 4096
 
@@ -45,13 +45,13 @@ def _structured(text: str, response_format: Any) -> str:
     return json.dumps({name: value})
 
 
-def openai_completion(body: dict[str, Any], responder: Oracle | Echo, key: str, created: int) -> dict[str, Any]:
+def openai_completion(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
     """A chat.completion object for an OpenAI chat request body (validated by the caller)."""
     messages = body["messages"]
     system = "\n".join(message_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     turns = [m for m in messages if m.get("role") not in ("system", "developer")]
-    reply = responder.answer(system or None, turns, key)
     limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS
+    reply = responder.answer(system or None, turns, key, int(limit))
     text, cut = _clip(_structured(reply.text, body.get("response_format")), int(limit))
     prompt, completion = _prompt_tokens(None, messages), count_tokens(text)
     return {
@@ -84,17 +84,19 @@ def openai_completion(body: dict[str, Any], responder: Oracle | Echo, key: str, 
     }
 
 
-def anthropic_message(body: dict[str, Any], responder: Oracle | Echo, key: str) -> dict[str, Any]:
+def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> dict[str, Any]:
     """A Message object for an Anthropic Messages request body (validated by the caller). A final assistant
     message is a prefill: the reply continues it and does not repeat it."""
     messages = body["messages"]
     system = body.get("system")
     system_text = system if isinstance(system, str) else message_text(system) if system else None
     prefill = message_text(messages[-1].get("content")) if messages[-1].get("role") == "assistant" else None
-    reply = responder.answer(system_text, messages, key)
+    reply = responder.answer(system_text, messages, key, int(body["max_tokens"]))
     text = reply.text
-    if prefill is not None:
-        text = text[len(prefill) :] if text.startswith(prefill) else (" " + text if not prefill.endswith(" ") else text)
+    if prefill is not None and text.startswith(prefill):
+        text = text[len(prefill) :]
+    elif prefill is not None and not prefill.endswith(" ") and not text[:1].isspace():
+        text = " " + text
     text, cut = _clip(text, int(body["max_tokens"]))
     return {
         "id": "msg_" + secrets.token_hex(12),

@@ -16,7 +16,7 @@ from typing import Any
 
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
 from nspec.runners.emulator.generation import openai_completion
-from nspec.runners.emulator.responders import Echo, Oracle
+from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
 
 ENDPOINTS = ("/v1/chat/completions",)
@@ -149,7 +149,7 @@ def cancel(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: flo
 
 
 def status(
-    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Oracle | Echo | None
+    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder | None
 ) -> dict[str, Any]:
     """The Batch object as of ``now``; materialises the result files when the batch first reaches its end."""
     if batch["final"] is None:
@@ -199,7 +199,7 @@ def status(
 
 
 def _maybe_finish(
-    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Oracle | Echo | None
+    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder | None
 ) -> None:
     t = _times(batch, config)
     if batch["errors"]:
@@ -241,7 +241,7 @@ def _write_results(
     store: Store,
     batch: dict[str, Any],
     config: EmulatorConfig,
-    responder: Oracle | Echo,
+    responder: Responder,
     done: int,
     outcome: str,
     end: int,

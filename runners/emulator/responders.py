@@ -4,6 +4,8 @@
   question's content words, and replies with it (all of them on a tie, as multi-value questions have several); with
   no good match it replies `not_found`. Deterministic, and it can be told to degrade.
 - `echo` replies with the end of the last user message.
+- `local` replies with the local engine's model (greedy, within the request's max_tokens): real answers on the
+  batch and live paths. It answers as fast as the model runs, seconds per long prompt, while the route waits.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class Oracle:
         self.seed = seed
         self.count_tokens = count_tokens
 
-    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str) -> Reply:
+    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int) -> Reply:
         users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
         if not users:
             return Reply(self.config.not_found, False)
@@ -166,9 +168,31 @@ class Oracle:
 
 
 class Echo:
-    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str) -> Reply:
+    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int) -> Reply:
         users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
         return Reply(users[-1][-200:] if users else "", True)
+
+
+class LocalModel:
+    def __init__(self, model: str) -> None:
+        from nspec.runners.local import model_file
+
+        model_file(model)  # a missing package is reported when the emulator starts, not at the first request
+        self.model = model
+
+    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int) -> Reply:
+        from nspec.runners.local import EngineError, engine
+
+        turns = ([{"role": "system", "content": system}] if system else []) + messages
+        body = {"model": self.model, "messages": turns, "temperature": 0, "max_tokens": max_tokens}
+        try:
+            completion = engine(self.model).complete(body, key)
+        except EngineError as exc:
+            return Reply(f"[local engine: {exc.message}]", False)
+        return Reply(completion["choices"][0]["message"]["content"], True)
+
+
+Responder = Oracle | Echo | LocalModel
 
 
 def _unit(seed: int, key: str) -> float:
@@ -176,11 +200,13 @@ def _unit(seed: int, key: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def make_responder(config: ResponderConfig, seed: int, count_tokens: Any) -> Oracle | Echo:
+def make_responder(config: ResponderConfig, seed: int, count_tokens: Any) -> Responder:
     if config.kind == "oracle":
         return Oracle(config, seed, count_tokens)
     if config.kind == "echo":
         return Echo()
+    if config.kind == "local":
+        return LocalModel(config.model)
     from nspec.errors import UserError
 
-    raise UserError(f"unknown responder {config.kind!r}; choose oracle or echo")
+    raise UserError(f"unknown responder {config.kind!r}; choose oracle, echo or local")

@@ -1,0 +1,208 @@
+"""The local engine with the real embedded model (gemma-3-270m on llama.cpp): short prompts, a few seconds each."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nspec.errors import UserError
+from nspec.runners import local
+from nspec.runners.local import EngineError, completion_prompt, engine, model_file
+from nspec.runners.providers import parse_openai
+
+ROOT = Path(__file__).resolve().parent.parent
+
+NEEDLE = "The special magic number is: 4817203."
+HAYSTACK = (
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed to unite some "
+    f"of the best blessings of existence. {NEEDLE} She had lived nearly twenty-one years in the world with very "
+    "little to distress or vex her."
+)
+
+# Small and quick: two lengths, two depths, a negative control each; about 20 s on two cores.
+SMALL = """\
+nspec: 1
+name: small
+seed: 3
+haystack: {corpus: austen}
+needles:
+  - text: "The special magic number is: {n}."
+    question: "What is the special magic number?"
+    answer: "{n}"
+    vars: {n: {digits: 7}}
+grid: {context_lengths: [300, 600], depths: [0, 100], negative_controls: true}
+prompt: {user: "{haystack}\\n\\n{question}", prefill: "The special magic number is:", reserve_tokens: 16}
+models: [{id: local/gemma-3-270m, params: {temperature: 0, max_tokens: 8}}]
+scoring:
+  - rails: {not_found: ["not found"]}
+"""
+
+
+def chat(user, prefill="The special magic number is:", **params):
+    messages = [{"role": "user", "content": user}]
+    if prefill is not None:
+        messages.append({"role": "assistant", "content": prefill})
+    return {"model": "gemma-3-270m", "messages": messages, "temperature": 0, "max_tokens": 8, **params}
+
+
+def test_rendering_for_a_base_model():
+    system = {"role": "system", "content": "Read this."}
+    user = {"role": "user", "content": "Text.\n\nWhat is it?"}
+    assert completion_prompt([system, user, {"role": "assistant", "content": "It is"}]) == (
+        "Read this.\n\nText.\n\nWhat is it?\n\nIt is"
+    )
+    assert completion_prompt([user]) == "Text.\n\nWhat is it?\n\nAnswer:"
+    turns = [user, {"role": "assistant", "content": "a"}, {"role": "user", "content": "Sure?"}]
+    assert completion_prompt(turns) == "Text.\n\nWhat is it?\n\nAnswer: a\n\nSure?\n\nAnswer:"
+    blocks = [{"role": "user", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]}]
+    assert completion_prompt(blocks) == "AB\n\nAnswer:"
+    with pytest.raises(EngineError, match="at least one message"):
+        completion_prompt([])
+
+
+def test_the_real_model_finds_a_needle_in_a_short_prompt():
+    model = engine("gemma-3-270m")
+    body = chat(f"{HAYSTACK}\n\nWhat is the special magic number?")
+    completion = model.complete(body, "cell-1")
+    assert completion["object"] == "chat.completion"
+    assert "4817203" in completion["choices"][0]["message"]["content"]
+    # The compiler's count of this request is the engine's own.
+    tokenizer = local.tokenizer("gemma-3-270m")
+    texts = [m["content"] for m in body["messages"]]
+    expected = tokenizer.framing(2, True) + sum(tokenizer.count(t) for t in texts)
+    assert completion["usage"]["prompt_tokens"] == expected
+    assert completion["usage"]["completion_tokens"] <= 8
+    assert model.complete(body, "cell-1")["choices"] == completion["choices"]  # greedy: the same answer again
+
+
+def test_output_lines_are_openai_batch_output():
+    model = engine("gemma-3-270m")
+    ok = model.output_line({"custom_id": "a", "body": chat(f"{HAYSTACK}\n\nWhat is the special magic number?")})
+    assert ok["response"]["status_code"] == 200 and ok["error"] is None
+    outcome = parse_openai(ok)
+    assert outcome.status == "ok" and "4817203" in outcome.text and outcome.input_tokens > 50
+    bad = model.output_line({"custom_id": "b", "body": chat("Hi", logprobs=True)})
+    outcome = parse_openai(bad)
+    assert bad["response"]["status_code"] == 400
+    assert outcome.status == "error" and not outcome.retryable
+    assert outcome.error == {"code": "unsupported_parameter", "message": "the local engine does not support logprobs"}
+
+
+def test_sampling_without_a_seed_is_reproducible_per_request():
+    model = engine("gemma-3-270m")
+    body = chat("Once upon a time", prefill=None, temperature=1.0, max_tokens=6)
+    first = model.complete(body, "cell-7")["choices"][0]["message"]["content"]
+    assert model.complete(body, "cell-7")["choices"][0]["message"]["content"] == first
+
+
+def test_tokenizer_is_exact_and_byte_faithful():
+    tokenizer = local.tokenizer("gemma-3-270m")
+    text = "It is a truth universally acknowledged, that a single man — in possession of a good fortune. é\n\nNext"
+    ids = tokenizer.encode(text)
+    assert tokenizer.exact and tokenizer.name == "local:gemma-3-270m"
+    assert sum(tokenizer.byte_lengths[i] for i in ids) == len(text.encode())
+    assert tokenizer.count(text) == len(ids)
+
+
+def test_model_names_and_files():
+    path = model_file("gemma-3-270m")
+    assert path.name == "gemma-3-270m-q4_k_m.gguf" and path.parent == Path(os.environ["NSPEC_CACHE_DIR"])
+    assert path.with_name(path.name + ".sha256").read_text().split()[1] == str(path.stat().st_size)
+    assert model_file("gemma-3-270m") == path  # found again, not assembled again
+    assert model_file(str(path)) == path  # any GGUF file by path
+    with pytest.raises(UserError, match="unknown local model; use local/gemma-3-270m"):
+        model_file("llama-9")
+    with pytest.raises(UserError, match="no such model file"):
+        model_file("missing.gguf")
+
+
+def test_missing_runtime_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "xllamacpp", None)  # as if not installed
+    with pytest.raises(UserError, match=r"xllamacpp\): pip install 'needlespec\[local\]'"):
+        local.Engine(model_file("gemma-3-270m"))
+
+
+def nspec(*args, cwd, failpoint=""):
+    env = {**os.environ, "NSPEC_FAILPOINT": failpoint}
+    return subprocess.run(
+        [sys.executable, "-m", "nspec", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_killed_local_run_resumes_where_it_stopped(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SMALL)
+    killed = nspec("run", "spec.yaml", "--wait", cwd=tmp_path, failpoint="live-result")
+    assert killed.returncode == -9, killed.stderr
+    (run,) = (tmp_path / "outputs" / "small").iterdir()
+    before = lines(run / "answers" / "results.jsonl")
+    assert len(before) == 1  # killed right after the first answer was written
+    done = nspec("run", "spec.yaml", "--wait", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    after = lines(run / "answers" / "results.jsonl")
+    cells = lines(run / "cells.jsonl")
+    assert sorted(r["cell_id"] for r in after) == sorted(c["cell_id"] for c in cells)  # one result per cell
+    assert after[0] == before[0]  # the answer from before the kill was kept, not asked again
+    assert all(r["source"] == {"kind": "local"} and r["status"] == "ok" for r in after)
+    found = {r["cell_id"]: r["text"] for r in after}
+    for cell in cells:
+        if not cell["negative"]:
+            assert cell["expected"][0] in found[cell["cell_id"]]
+
+
+def test_quickstart_end_to_end(tmp_path, cli):
+    """The README's first command, in-process: a real model's answers and the full report."""
+    result = cli("run", str(ROOT / "specs" / "quickstart.yaml"), "--wait", "--out", str(tmp_path))
+    assert result.code == 0, result.err
+    report = Path(result.out.strip().splitlines()[-1].removeprefix("report: "))
+    assert report.name == "index.html" and report.is_file()
+    run = report.parent.parent
+    cells = {c["cell_id"]: c for c in lines(run / "cells.jsonl")}
+    answers = lines(run / "answers" / "results.jsonl")
+    assert len(cells) == len(answers) == 12
+    for answer in answers:  # counted exactly: the engine saw as many prompt tokens as compiled
+        cell = cells[answer["cell_id"]]
+        assert cell["tokens_exact"] and answer["usage"]["input_tokens"] == cell["context_length"]["prompt"]
+        assert cell["context_length"]["prompt"] + 16 <= cell["context_length"]["target"]
+    scores = lines(run / "scores.jsonl")
+    needles = [s for s in scores if not cells[s["cell_id"]]["negative"]]
+    assert sum(s["verdict"] == "pass" for s in needles) >= 8  # 9 of 9 on the reference machine
+    summary = (report.parent / "summary.csv").read_text()
+    assert "local/gemma-3-270m" in summary
+
+
+def test_vet_asks_the_local_model(spec_file, cli):
+    result = cli("vet", spec_file(SMALL), "--trials", "1", "--json")
+    assert result.code == 0, result.err
+    (row,) = json.loads(result.out)
+    assert row["model"] == "local/gemma-3-270m" and row["asked"] == 1 and row["passed"] == 1
+
+
+def test_emulator_answers_with_the_local_model(emulator, api_keys, tmp_path, cli):
+    from nspec.runners.emulator.config import Responder
+
+    emu = emulator(responder=Responder(kind="local"))
+    spec = SMALL.replace(
+        "models: [{id: local/gemma-3-270m, params: {temperature: 0, max_tokens: 8}}]",
+        f'models: [{{id: openai/gpt-4.1-mini, mode: batch, base_url: "{emu.openai_base_url}", '
+        "params: {max_tokens: 8}}]",
+    ).replace("context_lengths: [300, 600]", "context_lengths: [300]")
+    (tmp_path / "spec.yaml").write_text(spec)
+    compiled = cli("compile", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "out"))
+    run = compiled.out.strip().splitlines()[-1]
+    assert cli("submit", run).code == 3
+    emu.clock.advance(600)
+    assert cli("collect", run).code == 0
+    answers = lines(Path(run) / "answers" / "results.jsonl")
+    cells = {c["cell_id"]: c for c in lines(Path(run) / "cells.jsonl")}
+    assert len(answers) == 3 and all(a["source"]["kind"] == "batch" for a in answers)
+    for answer in answers:
+        cell = cells[answer["cell_id"]]
+        if not cell["negative"]:
+            assert cell["expected"][0] in answer["text"]  # a real model's answer, through the batch API
