@@ -14,8 +14,8 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
   parameter is an error result, not silently ignored. Without a `seed`, one is derived from the request's
   custom_id, and no prompt prefix is reused from an earlier request, so even sampled answers are reproducible.
 - Parallelism. Every core works on each request (prompt processing is compute-bound). The model's
-  `rate_limits.concurrency` sets how many requests run at once (default 1): on two cores, two at once took 25%
-  longer than one at a time; with more cores or a GPU build of xllamacpp, more slots pay.
+  `rate_limits.concurrency` sets how many requests run at once (default 1): on two cores two at once gained nothing
+  (`bench/local.py`) and made answers depend on their batch neighbours; with more cores or a GPU build, more pay.
 - Tokens. `tokenizer` gives the compiler the model's own tokenizer (llama.cpp's, through the engine's loopback
   endpoint, guarded by a per-process key), so local prompts are fitted with exact counts.
 """
