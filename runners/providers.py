@@ -212,6 +212,15 @@ def _stream_lines(fetch: Any, folder: Path, name: str, parse: Any) -> Iterator[O
         part.unlink(missing_ok=True)
 
 
+def message_text(content: Any) -> str:
+    """The text of a chat message's content (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return ""
+
+
 def parse_openai(line: dict[str, Any]) -> Outcome:
     """A line of an OpenAI batch output or error file."""
     custom_id = line["custom_id"]

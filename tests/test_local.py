@@ -76,6 +76,9 @@ def test_the_real_model_finds_a_needle_in_a_short_prompt():
     assert completion["usage"]["prompt_tokens"] == expected
     assert completion["usage"]["completion_tokens"] <= 8
     assert model.complete(body, "cell-1")["choices"] == completion["choices"]  # greedy: the same answer again
+    bare = chat(HAYSTACK, prefill=None, max_tokens=1)  # no prefill: the prompt ends with the `Answer:` cue
+    used = model.complete(bare, "cell-2")["usage"]["prompt_tokens"]
+    assert used == tokenizer.framing(1, False) + tokenizer.count(HAYSTACK)
 
 
 def test_output_lines_are_openai_batch_output():

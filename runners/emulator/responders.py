@@ -17,6 +17,7 @@ from typing import Any
 
 from nspec.runners.emulator.config import Responder as ResponderConfig
 from nspec.runners.judging import ANSWER_CLOSE, ANSWER_OPEN
+from nspec.runners.providers import message_text
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -87,15 +88,6 @@ class Reply:
 
 def _words(text: str) -> set[str]:
     return {w[:5] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}  # land ~ landed
-
-
-def message_text(content: Any) -> str:
-    """The text of a message's content (a string, or a list of text blocks)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return ""
 
 
 class Oracle:
