@@ -222,7 +222,15 @@ class CellMaker:
                         "repeat": repeat,
                         "item": q.item,
                     }
-                    needles = [{"id": q.item, "index": 0, "role": "target", "depth_requested": depth}]
+                    needles = [
+                        {
+                            "id": q.item,
+                            "index": 0,
+                            "role": "target",
+                            "text": self.source.items[q.item],
+                            "depth_requested": depth,
+                        }
+                    ]
                     inserts = [Insert(self.source.items[q.item], depth, repeat)]
                     yield self._cell(slot, identity, q.question, inserts, needles, [q.answer], list(q.alternates))
 
@@ -234,7 +242,7 @@ class CellMaker:
             depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", *key))
             inserts = [Insert(n.text, d) for n, d in zip(drawn.instances, depths, strict=True)]
             needles = [
-                {"id": n.needle_id, "index": n.index, "role": n.role, "depth_requested": d}
+                {"id": n.needle_id, "index": n.index, "role": n.role, "text": n.text, "depth_requested": d}
                 for n, d in zip(drawn.instances, depths, strict=True)
             ]
             identity = {

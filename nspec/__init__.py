@@ -1,3 +1,24 @@
-"""needlespec: long-context retrieval benchmarks as YAML specs, compiled into provider batch files."""
+"""needlespec: long-context retrieval benchmarks as YAML specs, compiled into provider batch files.
+
+`nspec.grade(answer, expected=[...], question=..., needle=...)` grades one answer exactly as `nspec score` does;
+see its docstring, and docs/scoring.md for the cascade it runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nspec.runners.grader import Verdict, grade
 
 __version__ = "0.1.0"
+__all__ = ["Verdict", "__version__", "grade"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: `import nspec` (and the CLI's start-up) stays light.
+    if name in ("grade", "Verdict"):
+        from nspec.runners import grader
+
+        return getattr(grader, name)
+    raise AttributeError(f"module 'nspec' has no attribute {name!r}")

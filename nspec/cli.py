@@ -208,6 +208,7 @@ def status(
 ) -> None:
     """What is pending, done and failed, per model; batches with provider status and age; tokens and cost so far."""
     from nspec.runners.rundir import Run
+    from nspec.runners.scoring import verdict_counts
     from nspec.runners.session import Session, stages
 
     reports = []
@@ -217,11 +218,14 @@ def status(
             reports.append(session.status())
         finally:
             session.close()
+    scores = verdict_counts(Run(run))
     if as_json:
-        _print_json({"run": run, "stages": reports})
+        _print_json({"run": run, "stages": reports, "scores": scores})
         return
     for report in reports:
         _print_status(report)
+    if scores:
+        _stdout().print("scores: " + _verdicts(scores), markup=False)
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -316,10 +320,8 @@ def score(
     from nspec.runners.session import grade
 
     counts, pending = grade(run, wait, _waiting)
-    _stdout().print(
-        ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "nothing to score yet", markup=False
-    )
-    _finish(pending, 0)
+    _stdout().print(_verdicts(counts) or "nothing to score yet", markup=False)
+    _finish_grading(counts, pending)
 
 
 @app.command()
@@ -336,8 +338,8 @@ def rescore(
     loaded = load_spec(spec)
     set_scoring(Run(run), loaded.data)
     counts, pending = grade(run, wait, _waiting)
-    _stdout().print(", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())), markup=False)
-    _finish(pending, 0)
+    _stdout().print(_verdicts(counts) or "nothing to score yet", markup=False)
+    _finish_grading(counts, pending)
 
 
 @app.command()
@@ -384,11 +386,12 @@ def run_command(
     if progress.pending:
         _finish(progress.pending, progress.failed)
     counts, judging = grade(str(path), wait, _waiting)
-    console.print("scores: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), markup=False)
+    console.print("scores: " + _verdicts(counts), markup=False)
     if judging:
         _finish(judging, 0)
     console.print(f"report: {build_report([Run(path)])}", markup=False)
     _finish(progress.pending, progress.failed)
+    _finish_grading(counts, 0)
 
 
 @app.command()
@@ -462,8 +465,10 @@ def answers(
     data = answers_by_question(Run(run))
     target = Path(out) if out else Path(run) / "answers" / "by-question.json"
     target.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    failing = sum(len(q["failing"]) for q in data.values())
-    _stdout().print(f"{len(data)} questions, {failing} distinct failing answers: {target}", markup=False)
+    failing = sum(len(q["failing"]) for q in data)
+    _stdout().print(
+        f"{len(data)} questions (by expected answer), {failing} distinct failing answers: {target}", markup=False
+    )
 
 
 @app.command()
@@ -540,6 +545,25 @@ def _percent(value: float | None) -> str:
 
 def _waiting(pending: int, delay: float) -> None:
     _stderr().print(f"{pending} requests pending; polling again in {delay:.0f}s", markup=False)
+
+
+def _verdicts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+
+
+def _finish_grading(counts: dict[str, int], pending: int) -> None:
+    """Exit 3 while judges are pending; 4 when cells have no verdict because too few judges gave one."""
+    from nspec.runners.scoring import JUDGE_ERROR
+
+    _finish(pending, 0)
+    errors = counts.get(JUDGE_ERROR, 0)
+    if errors:
+        _stderr().print(
+            f"{errors} cell{'s' * (errors != 1)} without a verdict: too few judges gave one (errors, refusals or "
+            "unreadable replies, asked again as often as run.retry.attempts allows); see scores.jsonl",
+            markup=False,
+        )
+        raise typer.Exit(4)
 
 
 def _finish(pending: int, failed: int) -> None:

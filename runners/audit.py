@@ -28,6 +28,8 @@ def dissent(run: Run) -> list[dict[str, Any]]:
         panel = score.get("judge_verdict")
         scorer = next((s["verdict"] for s in score["scorers"] if s["verdict"] != "undecided"), None)
         for vote in score["votes"]:
+            if vote["vote"] is None:  # no verdict: not a vote, so no dissent either
+                continue
             judge = stats[vote["judge"]]
             judge["votes"] += 1
             if panel is not None:
@@ -91,9 +93,9 @@ def variance(run: Run) -> list[dict[str, Any]]:
     return out
 
 
-def answers_by_question(run: Run) -> dict[str, dict[str, Any]]:
-    """Per question: its expected answers and the distinct answers given, passing and failing, with counts — for
-    mining alternate answers to add to the spec."""
+def answers_by_question(run: Run) -> list[dict[str, Any]]:
+    """Per question and expected answer (a question asked with different needles is several entries): the distinct
+    answers given, passing and failing, with counts — for mining alternate answers to add to the spec."""
     cells = {c["cell_id"]: c for c in run.cells()}
     texts: dict[str, str] = {}
     with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
@@ -101,22 +103,24 @@ def answers_by_question(run: Run) -> dict[str, dict[str, Any]]:
             result = json.loads(line)
             if result["status"] == "ok":
                 texts[result["cell_id"]] = (result.get("text") or "").strip()
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, tuple[str, ...]], dict[str, Counter[str]]] = {}
     for score in _scores(run):
         cell = cells[score["cell_id"]]
         if cell["negative"] or score["verdict"] not in ("pass", "fail") or score["cell_id"] not in texts:
             continue
-        entry = out.setdefault(cell["question"], {"expected": Counter(), "passing": Counter(), "failing": Counter()})
-        entry["expected"].update(cell["expected"])
+        entry = out.setdefault(
+            (cell["question"], tuple(cell["expected"])), {"passing": Counter(), "failing": Counter()}
+        )
         entry["passing" if score["verdict"] == "pass" else "failing"][texts[score["cell_id"]]] += 1
-    return {
-        q: {
-            "expected": sorted(e["expected"]),
+    return [
+        {
+            "question": question,
+            "expected": list(expected),
             "passing": dict(e["passing"].most_common()),
             "failing": dict(e["failing"].most_common()),
         }
-        for q, e in sorted(out.items())
-    }
+        for (question, expected), e in sorted(out.items())
+    ]
 
 
 def ask_questions(

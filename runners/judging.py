@@ -1,9 +1,13 @@
 """The judge stage: judge prompts compiled into `judge/requests/` in each judge's provider format, run through the
 same runners and ledger as the answers, then parsed into votes and combined.
 
-Rubrics: `pass-fail` uses NIAN's verdict tokens — "aaa" passes, "bbb" fails, both or neither fail (tokens a correct
-answer of "No" cannot be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold.
-Votes: `majority` passes only when passes outnumber fails (a tie fails), `unanimous`, or `any`.
+Rubrics: `pass-fail` uses NIAN's verdict tokens — "aaa" passes, "bbb" fails (tokens a correct answer of "No" cannot
+be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold.
+
+A reply that errors, refuses, or holds no readable verdict (both tokens, neither, no score) is not a vote: it is
+asked again, under a new request id, until the run's retry attempts are used up. Votes combine over the judges that
+voted, once a quorum did (default: more than half the panel): `majority` passes only when passes outnumber fails (a
+tie fails), `unanimous`, or `any`. Without a quorum the cell has no verdict ("undecided (judge error)").
 """
 
 from __future__ import annotations
@@ -11,16 +15,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from nspec.compiler.cells import models_of
+from nspec.compiler.cells import Model, models_of
 from nspec.compiler.requests import encode_line, request_line
 from nspec.compiler.run_directory import ShardWriter, effective_mode
+from nspec.runners.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
 STAGE = "judge"
 JUDGE_MAX_TOKENS = 16
 ANSWER_OPEN, ANSWER_CLOSE = "<answer_to_grade>", "</answer_to_grade>"
+_REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|can't|cannot|unable|won't)\b", re.IGNORECASE)
 _SCORE = re.compile(r"(?<!\d)(10|[1-9])(?:\s*/\s*10)?(?!\d)")
 _SCALE = """\
 Score the answer from 1 to 10:
@@ -33,12 +40,21 @@ Reply with the score only."""
 
 
 def judge_prompt(
-    rubric: str, question: str, expected: list[str], alternates: list[str], answer: str, negative: bool
+    rubric: str,
+    question: str,
+    expected: list[str],
+    alternates: list[str],
+    answer: str,
+    negative: bool,
+    needle: str | None = None,
 ) -> tuple[str, str]:
-    """The (system, user) messages asking a judge to grade one answer."""
+    """The (system, user) messages asking a judge to grade one answer. The judge sees the needle (or stack item)
+    the question is about, not the whole context, so it can tell a quote from an invention."""
     system = (
-        "You grade answers to questions about a long document. You do not see the document: compare the "
-        "answer with the expected answer. Be strict about facts, lenient about wording."
+        "You grade answers to questions about a long document. You see only the passage the question is about, "
+        "not the whole document: compare the answer with the expected answer. Be strict about facts, lenient "
+        "about wording. An answer that says the document lacks the answer, or quotes text the passage does not "
+        "hold, is not correct."
     )
     if negative:
         truth = (
@@ -47,7 +63,10 @@ def judge_prompt(
         )
     else:
         truth = "Expected answer: " + " | ".join(expected)
-    lines = [f"Question: {question}", truth]
+    lines = [f"Question: {question}"]
+    if needle and not negative:
+        lines.append(f"The passage the question is about:\n<passage>\n{needle}\n</passage>")
+    lines.append(truth)
     if alternates:
         lines.append("Other answers that are also correct (examples):")
         lines += [f"- {a}" for a in alternates]
@@ -61,6 +80,27 @@ def judge_prompt(
     return system, "\n\n".join(lines)
 
 
+def judge_request(model: Model, rubric: str, cell: dict[str, Any], answer: str, custom_id: str) -> dict[str, Any]:
+    """The request line asking ``model`` to grade ``answer`` to ``cell``'s question."""
+    system, user = judge_prompt(
+        rubric,
+        cell["question"],
+        cell["expected"],
+        cell.get("alternates", []),
+        answer,
+        cell["negative"],
+        needle_text(cell),
+    )
+    # Structured output where the provider's own API has it (not every openai-compatible server does).
+    params = model.params
+    if model.provider == "openai":
+        params = {"response_format": response_format(rubric), **model.params}
+    line: dict[str, Any] = request_line(
+        model.provider, model.name, custom_id, system, user, None, params, JUDGE_MAX_TOKENS
+    )
+    return line
+
+
 def response_format(rubric: str) -> dict[str, Any]:
     """OpenAI structured output for a verdict: the reply is then exactly one token or one number, as JSON."""
     if rubric == "pass-fail":
@@ -71,8 +111,18 @@ def response_format(rubric: str) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "verdict", "strict": True, "schema": schema}}
 
 
-def parse_vote(rubric: str, text: str, threshold: int | None) -> tuple[str, str]:
-    """A judge's reply as a vote (pass or fail) and what it said. A structured (JSON) reply is read first."""
+@dataclass(frozen=True)
+class Vote:
+    """What one judge's reply says: ``vote`` is "pass", "fail", or None when the reply holds no verdict."""
+
+    vote: str | None
+    detail: str
+    score: int | None = None
+
+
+def parse_vote(rubric: str, text: str, threshold: int | None) -> Vote:
+    """A judge's reply as a vote. A structured (JSON) reply is read first; a reply with no readable verdict is no
+    vote at all (never a fail: a judge's failure says nothing about the answer)."""
     reply = (text or "").strip()
     if reply.startswith("{"):
         try:
@@ -83,14 +133,21 @@ def parse_vote(rubric: str, text: str, threshold: int | None) -> tuple[str, str]
             reply = str(data.get("verdict", data.get("score", reply)))
     if rubric == "pass-fail":
         has_pass, has_fail = "aaa" in reply.lower(), "bbb" in reply.lower()
-        if has_pass and not has_fail:
-            return "pass", "aaa"
-        return "fail", "bbb" if has_fail and not has_pass else "both or neither verdict token"
+        if has_pass != has_fail:
+            return Vote("pass", "aaa") if has_pass else Vote("fail", "bbb")
+        if has_pass:
+            return Vote(None, "no verdict: both verdict tokens")
+        return Vote(None, "no verdict: the judge refused" if _REFUSAL.search(reply) else "no verdict: no verdict token")
     match = _SCORE.search(reply)
     if match is None:
-        return "fail", "no score"
+        return Vote(None, "no verdict: the judge refused" if _REFUSAL.search(reply) else "no verdict: no score 1-10")
     score = int(match.group(1))
-    return ("pass" if score >= (threshold or 7) else "fail"), f"score {score}"
+    return Vote("pass" if score >= (threshold or 7) else "fail", f"score {score}", score)
+
+
+def quorum(settings: dict[str, Any], panel: int) -> int:
+    """Votes needed for a verdict: the spec's `quorum`, or more than half the panel."""
+    return int(settings.get("quorum") or panel // 2 + 1)
 
 
 def combine(votes: list[str], rule: str) -> str:
@@ -106,10 +163,12 @@ def judge_settings(run: Run) -> dict[str, Any] | None:
     return next((s["judge"] for s in run.spec.get("scoring") or [] if "judge" in s), None)
 
 
-def judge_key(label: str, rubric: str) -> str:
-    """A short, stable key of a judge and the rubric it grades with: a request id stays the same when the panel
-    around it changes, and a new rubric means new requests."""
-    return hashlib.sha256(f"{label}\0{rubric}".encode()).hexdigest()[:6]
+def judge_key(label: str, rubric: str, attempt: int = 1) -> str:
+    """A short, stable key of a judge, the rubric it grades with and the attempt: a request id stays the same when
+    the panel around it changes, a new rubric means new requests, and asking again after a reply with no verdict
+    is a new request (results are keyed by request id and never overwritten)."""
+    name = f"{label}\0{rubric}" + (f"\0{attempt}" if attempt > 1 else "")
+    return hashlib.sha256(name.encode()).hexdigest()[:6]
 
 
 def judge_id(cell_id: str, key: str) -> str:
@@ -118,8 +177,9 @@ def judge_id(cell_id: str, key: str) -> str:
 
 def compile_judges(run: Run) -> int:
     """Write the judge requests the current scoring needs and no earlier compile wrote (all of them the first
-    time; after a rescore, only the new ones). Returns how many cells go to the judges. Reads scores.jsonl and the
-    answers a line at a time; memory holds verdicts and the judged answers, not the run."""
+    time; after a rescore, only the new ones; a judge whose reply held no verdict is asked again while the run's retry
+    attempts last). Returns how many requests it wrote. Reads scores.jsonl and the answers a line at a time; memory
+    holds verdicts and the judged answers, not the run."""
     settings = judge_settings(run)
     if settings is None:
         return 0
@@ -136,7 +196,20 @@ def compile_judges(run: Run) -> int:
     listed = {m["label"]: m for m in previous["models"]}
     done = {cid for m in previous["models"] for s in m["shards"] for cid, _ in shard_lines(run.path / s["file"])}
     models = models_of({"models": settings["models"]})
-    todo = {(m.label, cid) for m in models for cid in wanted if judge_id(cid, judge_key(m.label, rubric)) not in done}
+    attempts, _ = run.retry_policy()
+    replies = _replies(run)
+    todo: dict[tuple[str, str], int] = {}  # (judge, cell) -> the attempt to ask
+    for m in models:
+        for cid in wanted:
+            attempt = 1
+            while judge_id(cid, judge_key(m.label, rubric, attempt)) in done:
+                reply = replies.get(judge_id(cid, judge_key(m.label, rubric, attempt)))
+                if reply is None or reply.vote is not None or reply.error or attempt >= attempts:
+                    attempt = 0  # asked, and answered (or failed for good, or waiting): nothing to send
+                    break
+                attempt += 1  # no verdict in the reply: ask again
+            if attempt:
+                todo[(m.label, cid)] = attempt
     texts = {}
     with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
         for line in fh:
@@ -147,34 +220,14 @@ def compile_judges(run: Run) -> int:
     round_name = f"r{1 + max((len(m['shards']) for m in previous['models']), default=0)}"
     (folder / "requests").mkdir(parents=True, exist_ok=True)
     for model in models:
-        key = judge_key(model.label, rubric)
         writer = ShardWriter(run.path, model, caps, stage=STAGE, round_name=round_name)
         for cell in run.cells():
-            if (model.label, cell["cell_id"]) not in todo:
+            asking = todo.get((model.label, cell["cell_id"]))
+            if asking is None:
                 continue
-            system, user = judge_prompt(
-                rubric,
-                cell["question"],
-                cell["expected"],
-                cell.get("alternates", []),
-                texts[cell["cell_id"]],
-                cell["negative"],
-            )
-            # Structured output where the provider's own API has it (not every openai-compatible server does).
-            params = model.params
-            if model.provider == "openai":
-                params = {"response_format": response_format(rubric), **model.params}
-            line = request_line(
-                model.provider,
-                model.name,
-                judge_id(cell["cell_id"], key),
-                system,
-                user,
-                None,
-                params,
-                JUDGE_MAX_TOKENS,
-            )
-            writer.write(encode_line(line))
+            key = judge_key(model.label, rubric, asking)
+            request = judge_request(model, rubric, cell, texts[cell["cell_id"]], judge_id(cell["cell_id"], key))
+            writer.write(encode_line(request))
         writer.close()
         entry = listed.setdefault(
             model.label,
@@ -191,6 +244,8 @@ def compile_judges(run: Run) -> int:
         "rubric": rubric,
         "vote": settings.get("vote", "majority"),
         "threshold": settings.get("threshold"),
+        "quorum": quorum(settings, len(models)),
+        "attempts": attempts,
         "when": settings.get("when", "undecided"),
         "judges": [m.label for m in models],
         "cells": sorted(wanted),
@@ -199,31 +254,68 @@ def compile_judges(run: Run) -> int:
     tmp = folder / "manifest.json.part"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
     tmp.replace(folder / "manifest.json")
-    return len(wanted)
+    return len(todo)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A judge request's final result, read: its vote, or why it has none."""
+
+    vote: str | None
+    detail: str
+    text: str
+    score: int | None
+    error: bool  # the request itself failed (after the runner's retries)
+
+
+def _replies(run: Run) -> dict[str, Reply]:
+    """Every judge result so far by request id, read with the current rubric."""
+    manifest = manifest_of(run)
+    path = run.path / STAGE / "results.jsonl"
+    if manifest is None or not path.is_file():
+        return {}
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            result = json.loads(line)
+            text = result.get("text") or ""
+            if result["status"] != "ok":
+                code = (result.get("error") or {}).get("code")
+                out[result["cell_id"]] = Reply(None, f"no verdict: request failed ({code})", text, None, True)
+            else:
+                vote = parse_vote(manifest["rubric"], text, manifest["threshold"])
+                out[result["cell_id"]] = Reply(vote.vote, vote.detail, text, vote.score, False)
+    return out
 
 
 def votes(run: Run) -> dict[str, list[dict[str, Any]]]:
-    """The current panel's votes per cell, from judge/results.jsonl (votes of judges or rubrics no longer in the
-    spec's scoring are kept in the file but not counted)."""
+    """The current panel's votes per cell, one per judge asked: its latest attempt's vote (pass or fail), or None
+    with the reason it has none, and whether more is to come (`pending`: not answered yet, or to be asked again).
+    Replies of judges or rubrics no longer in the spec's scoring stay in the file but are not read."""
     manifest = manifest_of(run)
-    results_path = run.path / STAGE / "results.jsonl"
-    if manifest is None or not results_path.is_file():
+    if manifest is None:
         return {}
-    judges = {judge_key(label, manifest["rubric"]): label for label in manifest["judges"]}
+    replies = _replies(run)
+    asked = {cid for m in manifest["models"] for s in m["shards"] for cid, _ in shard_lines(run.path / s["file"])}
+    attempts = int(manifest.get("attempts", 1))
     out: dict[str, list[dict[str, Any]]] = {}
-    with open(results_path, encoding="utf-8") as fh:
-        for line in fh:
-            result = json.loads(line)
-            cell_id, _, key = result["cell_id"].rpartition("-")
-            if key not in judges:
+    for cell_id in manifest["cells"]:
+        for label in manifest["judges"]:
+            last = 0
+            while judge_id(cell_id, judge_key(label, manifest["rubric"], last + 1)) in asked:
+                last += 1
+            if not last:
                 continue
-            if result["status"] != "ok":
-                vote, detail = "fail", f"no verdict: {(result.get('error') or {}).get('code')}"
+            reply = replies.get(judge_id(cell_id, judge_key(label, manifest["rubric"], last)))
+            vote: dict[str, Any]
+            if reply is None:
+                vote = {"vote": None, "detail": "waiting for the judge", "reply": "", "pending": True}
             else:
-                vote, detail = parse_vote(manifest["rubric"], result.get("text") or "", manifest["threshold"])
-            out.setdefault(cell_id, []).append(
-                {"judge": judges[key], "vote": vote, "detail": detail, "reply": (result.get("text") or "")[:200]}
-            )
+                retry = reply.vote is None and not reply.error and last < attempts
+                vote = {"vote": reply.vote, "detail": reply.detail, "reply": reply.text[:200], "pending": retry}
+                if reply.score is not None:
+                    vote["score"] = reply.score
+            out.setdefault(cell_id, []).append({"judge": label, "attempt": last, **vote})
     return out
 
 

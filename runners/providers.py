@@ -244,10 +244,11 @@ def parse_openai(line: dict[str, Any]) -> Outcome:
         )
     choice = body["choices"][0]
     usage = body.get("usage") or {}
+    message = choice["message"]
     return Outcome(
         custom_id,
         "ok",
-        choice["message"].get("content") or "",
+        message.get("content") or message.get("refusal") or "",  # a refusal under structured output has no content
         choice.get("finish_reason"),
         usage.get("prompt_tokens", 0),
         usage.get("completion_tokens", 0),

@@ -259,19 +259,28 @@ def stages(run: Run) -> list[str]:
 def grade(
     path: str, wait: bool = False, on_wait: Callable[[int, float], None] | None = None, live_backoff: float = 0.5
 ) -> tuple[dict[str, int], int]:
-    """Score deterministically; send what the scorers leave to the judges (once) through the judge stage; fold the
-    votes in. Returns the verdict counts and how many judge requests are still pending."""
+    """Score deterministically; send what the scorers leave to the judges through the judge stage, and ask again
+    judges whose replies held no verdict (while the retry attempts last); fold the votes in. Returns the verdict
+    counts and how many judge requests are still pending."""
     run = Run(path)
     counts = score_run(run)
-    if not compile_judges(run):
-        return counts, 0
-    session = Session.open(path, live_backoff, stage="judge")
-    try:
-        session.submit()
-        progress = session.collect(wait, on_wait)
-    finally:
-        session.close()
-    return score_run(run), progress.pending
+    pending, rounds = 0, 0
+    while True:
+        written = compile_judges(run)
+        if not run.models("judge") or (rounds and not written):
+            break
+        session = Session.open(path, live_backoff, stage="judge")
+        try:
+            session.submit()
+            pending = session.collect(wait, on_wait).pending
+        finally:
+            session.close()
+        rounds += 1
+        if pending:
+            break
+    if rounds:
+        counts = score_run(run)
+    return counts, pending
 
 
 def set_scoring(run: Run, spec: dict[str, Any]) -> None:
@@ -293,5 +302,5 @@ def set_scoring(run: Run, spec: dict[str, Any]) -> None:
             "and run it as a new run"
         )
     text = io.StringIO()
-    YAML(typ="safe", pure=True).dump(spec.get("scoring") or [{"contains": "{answer}"}], text)
+    YAML(typ="safe", pure=True).dump(spec["scoring"], text)
     (run.path / SCORING_OVERRIDE).write_text(text.getvalue(), encoding="utf-8")

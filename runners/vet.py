@@ -4,24 +4,28 @@ measure comprehension, not retrieval. With `closed_book`, the context is empty a
 right is flagged — it can be answered from memory.
 
 Questions: a stack's questions file; for text haystacks, one drawn instance of each needle definition.
-Answers are graded by the spec's deterministic scorers; an undecided answer counts as not passed.
+Answers are graded by the spec's whole scoring section: its scorers, then its judges (asked live) for what the
+scorers leave undecided, with the run's rules — a judge reply without a verdict is asked again, votes need a quorum.
+An answer still undecided (no judges, or too few verdicts) counts as not passed, and is counted as such.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nspec.compiler.cells import models_of, prompt_variants
+from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
 from nspec.compiler.requests import request_line
 from nspec.compiler.tokenizers import encoding
+from nspec.runners.judging import Vote, judge_key, judge_request, parse_vote, quorum
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
-from nspec.runners.scoring import score_cell
+from nspec.runners.scoring import apply_votes, score_cell
 from nspec.spec.templates import render
 
 
@@ -30,6 +34,7 @@ class VetQuestion:
     key: str  # the stack item, or the needle id
     question: str
     expected: list[str]
+    alternates: list[str]
     context: str  # the needle sentence or the item
 
 
@@ -37,24 +42,31 @@ def vet_questions(spec: dict[str, Any], base_dir: str) -> list[VetQuestion]:
     haystack = spec["haystack"]
     if "stack" in haystack:
         source = load_haystack(haystack, base_dir)
-        return [VetQuestion(q.item, q.question, [q.answer], source.items[q.item]) for q in source.questions]
+        return [
+            VetQuestion(q.item, q.question, [q.answer], list(q.alternates), source.items[q.item])
+            for q in source.questions
+        ]
     out = []
     for i, needle in enumerate(spec["needles"]):
         drawn = draw_needles([needle], Draws(spec.get("seed", 0), "vet", i))
         context = " ".join(n.text for n in drawn.instances)
-        out.append(VetQuestion(needle.get("id") or f"n{i + 1}", drawn.question, drawn.expected, context))
+        key = needle.get("id") or f"n{i + 1}"
+        out.append(VetQuestion(key, drawn.question, drawn.expected, drawn.alternates, context))
     return out
 
 
 def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> list[dict[str, Any]]:
     """Per model and question: how many of ``trials`` answers passed, and whether the question is flagged."""
     models = models_of(spec)
+    attempts = int(spec.get("run", {}).get("retry", {}).get("attempts", 3))
     settings = {
-        m.label: CallerSettings(m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), 3) for m in models
+        m.label: CallerSettings(m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts)
+        for m in models
     }
     _, prompt = prompt_variants(spec)[0]
     questions = vet_questions(spec, base_dir)
-    requests, asked = [], {}
+    requests: list[LiveRequest] = []
+    asked: dict[str, tuple[str, VetQuestion, int]] = {}
     for model in models:
         template = {**prompt, **model.prompt_override}
         for q in questions:
@@ -81,23 +93,39 @@ def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> 
                 )
                 asked[cid] = (model.label, q, t)
     outcomes: dict[str, Outcome] = {}
-
-    def record(request: LiveRequest, outcome: Outcome) -> None:
-        outcomes[request.custom_id] = outcome
-
-    asyncio.run(run_live(settings, requests, record))
-    scoring = spec.get("scoring") or [{"contains": "{answer}"}]
-    tally: dict[tuple[str, str], list[int]] = {}
+    asyncio.run(run_live(settings, requests, _recorder(outcomes)))
+    scoring = spec["scoring"]
+    cells = {}
+    lines = {}
     for cid, (label, q, _) in asked.items():
         outcome = outcomes[cid]
-        cell = {"cell_id": cid, "model": label, "prompt": None, "negative": False, "expected": q.expected}
-        verdict = score_cell(scoring, cell, {"status": outcome.status, "text": outcome.text, "error": outcome.error})
-        counts = tally.setdefault((label, q.key), [0, 0])
-        counts[0] += verdict["verdict"] == "pass"
+        cells[cid] = {
+            "cell_id": cid,
+            "model": label,
+            "prompt": None,
+            "negative": False,
+            "question": q.question,
+            "expected": q.expected,
+            "alternates": q.alternates,
+            "needles": [{"role": "target", "text": q.context}],
+        }
+        lines[cid] = score_cell(
+            scoring, cells[cid], {"status": outcome.status, "text": outcome.text, "error": outcome.error}
+        )
+    judge = next((s["judge"] for s in scoring if "judge" in s), None)
+    if judge is not None:
+        undecided = {cid: outcomes[cid].text or "" for cid, line in lines.items() if line["verdict"] == "undecided"}
+        for cid, line in ask_judges(judge, cells, undecided, attempts).items():
+            lines[cid] = line if lines[cid]["verdict"] != "undecided" else {**lines[cid], **line}
+    tally: dict[tuple[str, str], list[int]] = {}
+    for cid, (label, q, _) in asked.items():
+        counts = tally.setdefault((label, q.key), [0, 0, 0])
+        counts[0] += lines[cid]["verdict"] == "pass"
         counts[1] += 1
+        counts[2] += lines[cid]["verdict"] == "undecided"
     rows = []
     by_key = {q.key: q for q in questions}
-    for (label, key), (passed, asked_n) in tally.items():
+    for (label, key), (passed, asked_n, undecided_n) in tally.items():
         flagged = passed > 0 if closed_book else passed < asked_n
         rows.append(
             {
@@ -106,7 +134,68 @@ def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> 
                 "key": key,
                 "passed": passed,
                 "asked": asked_n,
+                "undecided": undecided_n,
                 "flagged": flagged,
             }
         )
     return rows
+
+
+def ask_judges(
+    settings: dict[str, Any], cells: dict[str, dict[str, Any]], answers: dict[str, str], attempts: int
+) -> dict[str, dict[str, Any]]:
+    """Grade ``answers`` (by cell id) with the judge panel ``settings``, live: a reply without a verdict is asked
+    again up to ``attempts`` times in all; votes combine as in a run (quorum, rule). Returns each cell's votes,
+    judge verdict, and verdict."""
+    judges = models_of({"models": settings["models"]})
+    rubric = settings.get("rubric", "pass-fail")
+    callers = {
+        m.label: CallerSettings(m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts)
+        for m in judges
+    }
+    votes: dict[tuple[str, str], dict[str, Any]] = {}
+    todo = [(cid, m) for cid in answers for m in judges]
+    for attempt in range(1, attempts + 1):
+        if not todo:
+            break
+        requests: dict[str, tuple[str, Model, LiveRequest]] = {}
+        for cid, model in todo:
+            rid = f"{cid}-{judge_key(model.label, rubric, attempt)}"
+            line = judge_request(model, rubric, cells[cid], answers[cid], rid)
+            requests[rid] = (
+                cid,
+                model,
+                LiveRequest(rid, model.label, model.provider, line, request_tokens(line, encoding("o200k_base").count)),
+            )
+        replies: dict[str, Outcome] = {}
+        asyncio.run(run_live(callers, [r for _, _, r in requests.values()], _recorder(replies)))
+        todo = []
+        for rid, (cid, model, _) in requests.items():
+            outcome = replies[rid]
+            if outcome.status != "ok":
+                vote = Vote(None, f"no verdict: request failed ({(outcome.error or {}).get('code')})")
+            else:
+                vote = parse_vote(rubric, outcome.text or "", settings.get("threshold"))
+                if vote.vote is None and attempt < attempts:
+                    todo.append((cid, model))
+            votes[(cid, model.label)] = {
+                "judge": model.label,
+                "attempt": attempt,
+                "vote": vote.vote,
+                "detail": vote.detail,
+                "reply": (outcome.text or "")[:200],
+                "pending": False,
+            }
+    out = {}
+    need = quorum(settings, len(judges))
+    for cid in answers:
+        line = {"verdict": "undecided", "reason": "", "votes": [votes[(cid, m.label)] for m in judges]}
+        out[cid] = apply_votes(line, line["votes"], len(judges), settings.get("vote", "majority"), need)
+    return out
+
+
+def _recorder(into: dict[str, Outcome]) -> Callable[[LiveRequest, Outcome], None]:
+    def record(request: LiveRequest, outcome: Outcome) -> None:
+        into[request.custom_id] = outcome
+
+    return record

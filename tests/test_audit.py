@@ -69,8 +69,13 @@ def test_variance_lists_the_cell_whose_trials_disagree(spec_file, tmp_path):
 def test_answers_by_question(spec_file, tmp_path, cli):
     run, _ = scored_run(spec_file, tmp_path)
     data = answers_by_question(Run(run))
-    wrong = [q for q, e in data.items() if e["failing"]]
-    assert len(wrong) == 1 and data[wrong[0]]["failing"] == {"I cannot say.": 1}
+    wrong = [e for e in data if e["failing"]]
+    assert len(wrong) == 1 and wrong[0]["failing"] == {"I cannot say.": 1} and not wrong[0]["passing"]
+    # Grouped by question and expected answer: every needle cell drew its own number.
+    cells = [c for c in read_jsonl(run / "cells.jsonl") if c["model"] == "openai/gpt-4.1-mini" and not c["negative"]]
+    assert len(data) == len({(c["question"], tuple(c["expected"])) for c in cells}) == len(cells)
+    place = {(c["trial"], c["context_length"]["target"], c["depth"]["requested"]): c for c in cells}
+    assert wrong[0]["expected"] == place[(1, 900, 40)]["expected"]
     result = cli("answers", str(run))
     assert result.code == 0 and "1 distinct failing answers" in result.out
     assert json.loads((run / "answers" / "by-question.json").read_text()) == data

@@ -241,9 +241,49 @@ def test_judge_listed_twice(spec_file):
 def test_scorer_takes_one_kind(spec_file):
     text = BASE + "scoring:\n  - {contains: '{answer}', exact: '{answer}'}\n"
     assert issues(spec_file, text) == [
-        "spec.yaml:13:5: scoring[0]: has 2 keys (contains, exact) but takes exactly one of: all_of, contains, exact, "
-        "judge, number, rails, regex"
+        "spec.yaml:13:5: scoring[0]: has 2 keys (contains, exact) but takes exactly one of: all_of, auto, contains, "
+        "exact, judge, number, rails, regex"
     ]
+
+
+@pytest.mark.parametrize(
+    "scoring, message",
+    [
+        (
+            "  - regex: '([0-9]+'\n",
+            "spec.yaml:13:12: scoring[0].regex: not a valid regular expression: missing ), unterminated subpattern "
+            "at position 0",
+        ),
+        (
+            "  - regex: {pattern: '[a-'}\n",
+            "spec.yaml:13:22: scoring[0].regex.pattern: not a valid regular expression: unterminated character set "
+            "at position 0",
+        ),
+        (
+            "  - judge: {models: [gpt-4.1-mini]}\n",
+            "spec.yaml:13:22: scoring[0].judge.models[0]: 'gpt-4.1-mini' is not allowed here: write provider/model",
+        ),
+        (
+            "  - judge: {models: [openai/gpt-4.1-mini], rubric: score-10, threshold: 11}\n",
+            "spec.yaml:13:73: scoring[0].judge.threshold: must be at most 10 (got 11)",
+        ),
+        (
+            "  - judge: {models: [openai/gpt-4.1-mini], rubric: score-10, threshold: 0}\n",
+            "spec.yaml:13:73: scoring[0].judge.threshold: must be at least 1 (got 0)",
+        ),
+        (
+            "  - judge: {models: [openai/gpt-4.1-mini, openai/gpt-4o], quorum: 3}\n",
+            "spec.yaml:13:67: scoring[0].judge.quorum: a quorum of 3 can never be reached by a panel of 2 judges",
+        ),
+        (
+            "  - all_of: {threshold: 1.5}\n",
+            "spec.yaml:13:25: scoring[0].all_of.threshold: must be at most 1 (got 1.5)",
+        ),
+    ],
+)
+def test_a_scoring_section_that_cannot_work_is_refused_at_validate(spec_file, scoring, message):
+    (issue,) = issues(spec_file, BASE + "scoring:\n" + scoring)
+    assert issue.startswith(message), issue
 
 
 def test_scorer_template_placeholders(spec_file):

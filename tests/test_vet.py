@@ -85,3 +85,20 @@ models: [{{id: openai/gpt-4.1-mini, base_url: "{emu.openai_base_url}"}}]
     assert result.code == 0
     (row,) = json.loads(result.out)
     assert (row["passed"], row["asked"], row["flagged"]) == (2, 2, False)
+
+
+def test_vet_grades_with_the_spec_judges(emulator, tmp_path, cli):
+    """A spec that leaves grading to judges: vet asks them, rather than counting every answer as undecided."""
+    emu = emulator()
+    spec = write_stack(tmp_path, emu)
+    judges = f'  - judge:\n      models: [{{id: openai/gpt-4.1-mini, mode: live, base_url: "{emu.openai_base_url}"}}]\n'
+    path = tmp_path / "spec.yaml"
+    path.write_text(path.read_text().replace("  - number: true\n", judges))
+    result = cli("vet", spec, "--trials", "2", "--json")
+    rows = json.loads(result.out)
+    assert result.code == 4
+    flagged = {(r["model"], r["key"]) for r in rows if r["flagged"]}
+    assert flagged == {("openai/gpt-4.1-mini", "i2"), ("anthropic/claude-haiku-4-5", "i2")}  # not every question
+    assert all(r["undecided"] == 0 for r in rows)
+    # 2 models x 2 questions x 2 trials answered, and as many judge calls: every oracle answer is a sentence
+    assert emu.emulation.statuses[200] == 16

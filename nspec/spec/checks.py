@@ -13,11 +13,10 @@ from typing import Any
 
 from nspec.compiler import grid as grid_axes
 from nspec.errors import SpecIssue
-from nspec.spec.templates import TemplateError, placeholders
+from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
 
 PROMPT_FIELDS = ("system", "user", "prefill")
-DETERMINISTIC_SCORERS = ("contains", "exact", "regex", "number", "rails", "all_of")
 # Request fields nspec sets itself; a spec setting them in `params` would silently change the experiment.
 RESERVED_PARAMS = ("model", "messages", "system", "stream", "n")
 
@@ -342,6 +341,11 @@ class _Checker:
                     self.template(("scoring", i, kind, "value"), value.get("value"), {"answer"}, f"`{kind}`")
                 else:
                     self.template(("scoring", i, kind), value, {"answer"}, f"`{kind}`")
+            regex = scorer.get("regex")
+            pattern = regex.get("pattern") if isinstance(regex, dict) else regex
+            if isinstance(pattern, str) and regex_error(pattern):
+                where = ("scoring", i, "regex", "pattern") if isinstance(regex, dict) else ("scoring", i, "regex")
+                self.error(where, str(regex_error(pattern)))
             judge = scorer.get("judge")
             if isinstance(judge, dict):
                 self.judge(("scoring", i, "judge"), judge)
@@ -355,6 +359,13 @@ class _Checker:
         models = judge.get("models")
         if not isinstance(models, list):
             return
+        count = judge.get("quorum")
+        if isinstance(count, int) and count > len(models):
+            self.error(
+                (*path, "quorum"),
+                f"a quorum of {count} can never be reached by a panel of {len(models)} judge"
+                + "s" * (len(models) != 1),
+            )
         labels: set[str] = set()
         for j, entry in enumerate(models):
             label = (

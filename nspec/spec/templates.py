@@ -1,7 +1,9 @@
-"""Templates: text with {placeholders}, as in Python's str.format; {{ and }} are literal braces."""
+"""Templates: text with {placeholders}, as in Python's str.format; {{ and }} are literal braces. Scorer patterns
+(regular expressions in which {answer} stands for the escaped expected answer) are checked here too."""
 
 from __future__ import annotations
 
+import re
 import string
 from collections import Counter
 
@@ -30,3 +32,14 @@ def placeholders(template: str) -> Counter[str]:
 def render(template: str, values: dict[str, str]) -> str:
     """Fill ``template``; every placeholder must be in ``values``."""
     return template.format_map(values)
+
+
+def regex_error(pattern: object) -> str | None:
+    """Why a scorer's pattern does not compile (with {answer} standing for an escaped answer), or None."""
+    if not isinstance(pattern, str):
+        return "a pattern (text) is needed"
+    try:
+        re.compile(pattern.replace("{answer}", "x"))
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+    return None

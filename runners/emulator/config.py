@@ -63,11 +63,21 @@ class Degrade:
 
 
 @dataclass
+class JudgeFaults:
+    """Judges that give no verdict, so a run can rehearse a panel that errs (the oracle responder only)."""
+
+    refusing_models: list[str] = field(default_factory=list)  # these models refuse to grade
+    unreadable_models: list[str] = field(default_factory=list)  # these models' replies never hold a verdict
+    unreadable_first: int = 0  # the first N times a model is given a judge prompt, its reply holds no verdict
+
+
+@dataclass
 class Responder:
     kind: str = "oracle"  # oracle | echo | local
     model: str = "gemma-3-270m"  # the local engine's model, for `local`
     not_found: str = "UNANSWERABLE: the context does not contain the answer."
     degrade: Degrade = field(default_factory=Degrade)
+    judge: JudgeFaults = field(default_factory=JudgeFaults)
 
 
 @dataclass

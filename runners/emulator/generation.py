@@ -32,7 +32,9 @@ def _prompt_tokens(system: str | None, messages: list[dict[str, Any]]) -> int:
 
 
 def _structured(text: str, response_format: Any) -> str:
-    """A reply shaped by a one-property json_schema response format, as a model with structured output gives it."""
+    """A reply shaped by a one-property json_schema response format, as a model with structured output gives it.
+    A reply that fits no allowed value stands for a model that ran out of tokens inside the JSON (strict output
+    never breaks the schema otherwise): the JSON is cut off."""
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
         return text
     props = response_format.get("json_schema", {}).get("schema", {}).get("properties", {})
@@ -42,8 +44,20 @@ def _structured(text: str, response_format: Any) -> str:
     value: Any = text.strip()
     if schema.get("type") == "integer":
         digits = "".join(ch for ch in value if ch.isdigit())
-        value = int(digits) if digits else 0
+        if not digits:
+            return json.dumps({name: 0})[: len(name) + 5]
+        value = int(digits)
+    elif "enum" in schema and value not in schema["enum"]:
+        return json.dumps({name: value})[: len(name) + 6]
     return json.dumps({name: value})
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def openai_completion(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
@@ -52,9 +66,13 @@ def openai_completion(body: dict[str, Any], responder: Responder, key: str, crea
     system = "\n".join(message_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     turns = [m for m in messages if m.get("role") not in ("system", "developer")]
     limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS
-    reply = responder.answer(system or None, turns, key, int(limit))
-    text, cut = _clip(_structured(reply.text, body.get("response_format")), int(limit))
-    prompt, completion = _prompt_tokens(None, messages), count_tokens(text)
+    reply = responder.answer(system or None, turns, key, int(limit), str(body.get("model", "")))
+    structured = isinstance(body.get("response_format"), dict) and body["response_format"].get("type") == "json_schema"
+    refusal = reply.text if reply.refused and structured else None
+    shaped = "" if refusal else _structured(reply.text, body.get("response_format"))
+    text, cut = _clip(shaped, int(limit))
+    cut = cut or (structured and not refusal and not _is_json(text))
+    prompt, completion = _prompt_tokens(None, messages), count_tokens(refusal or text)
     return {
         "id": "chatcmpl-" + secrets.token_hex(12),
         "object": "chat.completion",
@@ -63,7 +81,12 @@ def openai_completion(body: dict[str, Any], responder: Responder, key: str, crea
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                "message": {
+                    "role": "assistant",
+                    "content": None if refusal else text,
+                    "refusal": refusal,
+                    "annotations": [],
+                },
                 "logprobs": None,
                 "finish_reason": "length" if cut else "stop",
             }
@@ -92,7 +115,7 @@ def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> d
     system = body.get("system")
     system_text = system if isinstance(system, str) else message_text(system) if system else None
     prefill = message_text(messages[-1].get("content")) if messages[-1].get("role") == "assistant" else None
-    reply = responder.answer(system_text, messages, key, int(body["max_tokens"]))
+    reply = responder.answer(system_text, messages, key, int(body["max_tokens"]), str(body.get("model", "")))
     text = reply.text
     if prefill is not None and text.startswith(prefill):
         text = text[len(prefill) :]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,10 +81,14 @@ _STOP = frozenset(
 )
 
 
+JUDGE_REFUSAL = "I'm sorry, but I can't help with grading this answer."
+
+
 @dataclass(frozen=True)
 class Reply:
     text: str
     found: bool
+    refused: bool = False  # a refusal (OpenAI puts it in `message.refusal` under structured output)
 
 
 def _words(text: str) -> set[str]:
@@ -95,14 +100,18 @@ class Oracle:
         self.config = config
         self.seed = seed
         self.count_tokens = count_tokens
+        self._asked: Counter[tuple[str, str]] = Counter()  # how often each judge prompt was asked, per model
 
-    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int) -> Reply:
+    def answer(
+        self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int, model: str = ""
+    ) -> Reply:
         users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
         if not users:
             return Reply(self.config.not_found, False)
         last = users[-1]
         if ANSWER_OPEN in last and ANSWER_CLOSE in last:
-            return Reply(self._judge(last), True)
+            verdict = self._judge(last, model)
+            return Reply(verdict, True, refused=verdict == JUDGE_REFUSAL)
         # The question sentences of the message's last paragraph, where prompts put the question ("What is X?
         # Answer briefly."); the haystack before it may hold questions of its own (dialogue).
         questions = [q.strip() for q in _QUESTION.findall(last.rstrip().rsplit("\n\n", 1)[-1])]
@@ -126,9 +135,17 @@ class Oracle:
             return Reply(self.config.not_found, False)
         return Reply(" ".join(found), True)
 
-    def _judge(self, prompt: str) -> str:
+    def _judge(self, prompt: str, model: str) -> str:
         """Grade an answer as nspec's judge prompts ask: right if it holds every expected answer (or, when none is
-        expected, says it is not there and gives no number), in the rubric's reply form."""
+        expected, says it is not there and gives no number), in the rubric's reply form — unless the config's
+        judge faults make this judge refuse or reply without a verdict."""
+        faults = self.config.judge
+        if model in faults.refusing_models:
+            return JUDGE_REFUSAL
+        asked = (model, hashlib.sha256(prompt.encode()).hexdigest())
+        self._asked[asked] += 1
+        if model in faults.unreadable_models or self._asked[asked] <= faults.unreadable_first:
+            return "The answer seems mostly in line with the expected one."
         answer = prompt.split(ANSWER_OPEN, 1)[1].split(ANSWER_CLOSE, 1)[0].strip().lower()
         expected_line = next((ln for ln in prompt.splitlines() if ln.startswith("Expected answer:")), "")
         expected = expected_line.removeprefix("Expected answer:").strip()
@@ -160,7 +177,9 @@ class Oracle:
 
 
 class Echo:
-    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int) -> Reply:
+    def answer(
+        self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int, model: str = ""
+    ) -> Reply:
         users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
         return Reply(users[-1][-200:] if users else "", True)
 
@@ -172,7 +191,9 @@ class LocalModel:
         model_file(model)  # a missing package is reported when the emulator starts, not at the first request
         self.model = model
 
-    def answer(self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int) -> Reply:
+    def answer(
+        self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int, model: str = ""
+    ) -> Reply:
         from nspec.runners.local import EngineError, engine
 
         turns = ([{"role": "system", "content": system}] if system else []) + messages

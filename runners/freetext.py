@@ -1,0 +1,299 @@
+"""Reading a free-text answer the way a careful judge does: its content words, its sentences and clauses, what it
+puts in quotes, whether it refuses or says the context lacks the answer, its yes/no stance, negations and hedges.
+
+Pure functions of text; `nspec.runners.grader` builds the default cascade (`auto`) on them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+# Function words and the scaffolding of answers about a text ("according to the limerick, ..."): never evidence.
+_STOP_WORDS = """
+a an the this that these those there here it its it's itself he him his himself she her hers herself they them
+their theirs themselves we us our ours you your yours i me my mine one ones who whom whose which what when where
+why how whether if then than so as such some any each every all both either neither other another same own is
+are was were be been being am do does did doing done have has had having will would shall should can could may
+might must ought of in on at by for with without from to into onto upon about above below over under between
+among through during before after until till up down out off again further once and or nor but also just only
+very too quite rather really even still yet ever much many more most less least few per via like unlike while
+whereas although though because since unless whilst text texts context document documents passage passages
+limerick limericks poem poems verse verses line lines stanza sentence sentences story stories log entry entries
+question questions answer answers according based provided given above following mentioned mention mentions
+mentioning states stated state says said say tell tells told describes described describe refers referred appear
+appears seems seem specifically exactly simply actually indeed therefore thus hence answer's unfortunately sorry
+apologise apologize apologies afraid sure certainly okay ok well oh hmm i'm i've it's that's there's yes no not
+never none nothing n't
+"""
+_STOP = frozenset(_STOP_WORDS.split())
+_NEGATIONS = frozenset(["not", "never", "no", "none", "nothing", "nobody", "neither", "nor", "without", "n't"])
+_WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?(?:'[a-z]+)?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_UNITS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "dozen": 12,
+}  # fmt: skip
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+
+# "The context does not hold the answer", in the ways models say it. Matched on one clause, in normalised text.
+_NOT_THERE = re.compile(
+    r"""
+    \b(?:does|do|did|is|are|was|were|has|have)\s*(?:not|n't)\s+(?:\w+\s+){0,2}?
+        (?:contain|mention|say|state|specify|provide|include|indicate|reveal|give|tell|describe|discuss|address
+          |offer|explain|identify|name|list|refer|record|show|see|find|know|seem|appear|clarify|answer)
+    | \b(?:no|not\s+any)\s+(?:\w+\s+){0,2}?(?:mention|information|reference|record|details?|indication|data|clue
+          |limerick|such|entry|answer|evidence)s?\b
+    | \bnot\s+(?:\w+\s+)?(?:mentioned|found|provided|stated|specified|given|included|available|present|listed
+          |contained|described|discussed|addressed|indicated|known|clear|specify|possible\s+to|able\s+to|recorded
+          |explained|identified|named|revealed)\b
+    | \b(?:cannot|can't|can\s+not|could\s*not|couldn't|unable\s+to|am\s+not\s+able\s+to|was\s+not\s+able\s+to)\s+
+          (?:\w+\s+){0,2}?(?:find|locate|determine|answer|identify|tell|say|provide|see|confirm|know|be\s+sure
+          |be\s+determined|be\s+answered|be\s+found|give|spot|infer)
+    | \bnever\s+(?:\w+\s+)?(?:says|mentions|states|specifies|tells|explains|reveals|gives|names|identifies)\b
+    | \bthere\s+(?:is|are|was|were)\s+no\b
+    | \bunanswerable\b | \bnot\s+answerable\b
+    | \b(?:insufficient|not\s+enough)\s+(?:\w+\s+)?(?:information|context|detail|details|data)\b
+    | \bi\s+(?:do\s+not|don't)\s+know\b
+    | \bnone\s+of\s+the\b
+    | \b(?:impossible|not\s+possible)\s+to\s+(?:say|determine|tell|answer|know)
+    | \bnot\s+in\s+the\s+(?:text|context|document|passage|limerick|log|provided)
+    """,
+    re.VERBOSE,
+)
+# A refusal to answer at all (policy, not the context).
+_WONT = re.compile(
+    r"\b(?:i'm\s+sorry|i\s+am\s+sorry|i\s+apologi[sz]e)\b[^.]*\b(?:can't|cannot|can\s+not|won't|unable)\s+"
+    r"(?:help|assist|comply|provide|do\s+that|answer)"
+)
+# Doubt, or alternatives offered in place of one answer ("a circus or a zoo").
+_HEDGE = re.compile(
+    r"\b(?:maybe|perhaps|possibly|probably|either|or|not\s+sure|unsure|uncertain|ambiguous|unclear|i\s+guess"
+    r"|(?:may|might|could)\s+(?:have\s+)?be(?:en)?)\b"
+)
+# A yes or no opening an answer: "No.", "No, he...", "No he does not"; not "No fame came to him".
+_THEN = r"(?=\s*[,.!;:\u2014\u2013-]|\s*$|\s+(?:he|she|it|they|i|that|this|the|not|sir|madam)\b)"
+YES = re.compile(r"^\W*(?:yes|yeah|yep|correct|true|indeed)" + _THEN)
+NO = re.compile(r"^\W*(?:no|nope|incorrect|false|not\s+at\s+all)" + _THEN)
+_LEADS = re.compile(
+    r"^\W*(?:(?:based\s+on|according\s+to|from|in)\s+(?:the\s+)?(?:provided\s+|given\s+|above\s+)?"
+    r"(?:text|context|document|passage|limerick|log|information|poem)s?\s*,?\s*|(?:the\s+)?answer\s+is\s*:?\s*)"
+)
+_SENTENCES = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[^a-z])|\n+")
+_CLAUSES = re.compile(r"[;:,\u2014\u2013]|\s-\s|\b(?:but|however|although|though|whereas|while|yet|except)\b")
+# Quoted text: straight or typographic double quotes, typographic single quotes, straight single quotes that are not
+# apostrophes (the man's hat), and > block quotes.
+_QUOTES = re.compile(
+    r"\"([^\"]+)\"|\u201c([^\u201d]+)\u201d|\u2018([^\u2019]+)\u2019"
+    r"|(?<![\w])'((?:[^'\n]|'(?=\w))+)'(?![\w])|^\s*>\s?(.+)$",
+    re.MULTILINE,
+)
+_ELLIPSIS = re.compile(r"\.\.\.|\u2026")
+_MARKUP = re.compile(r"\*\*|__|`|^#+\s*|^\s*[-*\u2022]\s+", re.MULTILINE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case word tokens, thousands separators and typographic apostrophes normalised."""
+    return _WORD.findall(_THOUSANDS.sub("", text.replace("\u2019", "'").replace("\u2018", "'").casefold()))
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper: composed, composing, composes and compose share a stem; so do crate and crates."""
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) <= 3 or word[0].isdigit():
+        return word
+    for suffix, keep in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", "e"), ("ly", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)] + keep
+            if keep == "" and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]  # stopped -> stop, but fall -> fall
+            break
+    else:
+        if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+            word = word[:-1]
+    return word[:-1] if word.endswith("e") and len(word) > 4 else word
+
+
+def numbers(tokens: list[str]) -> list[str]:
+    """The tokens with number words joined into digits: 'forty-nine' -> '49', 'a dozen' -> '12'."""
+    out: list[str] = []
+    total = current = 0
+    active = False
+    for token in tokens:
+        if token in _UNITS or token in _TENS:
+            current += _UNITS.get(token, 0) + _TENS.get(token, 0)
+            active = True
+        elif active and token in _SCALES:
+            if _SCALES[token] == 100:
+                current = (current or 1) * 100
+            else:
+                total, current = total + (current or 1) * _SCALES[token], 0
+        elif active and token == "and":
+            continue  # one hundred and five
+        else:
+            if active:
+                out.append(str(total + current))
+                total = current = 0
+                active = False
+            out.append(token)
+    if active:
+        out.append(str(total + current))
+    return out
+
+
+def content(text: str) -> list[str]:
+    """The stems of a text's content words, in order (numbers as digits)."""
+    return [stem(w) for w in numbers(words(text)) if w not in _STOP and not w.endswith("n't")]
+
+
+def is_number(token: str) -> bool:
+    return token[:1].isdigit()
+
+
+@cache
+def common_stems() -> frozenset[str]:
+    """Light words: stems at least as frequent as one in 2,000 words of the bundled Austen corpus, counting only
+    lower-case occurrences (so that names are never light). Answers swap these freely ("made" for "put", "went"
+    for "came"), so an expected answer's light words are not required where it has others."""
+    counts: Counter[str] = Counter()
+    folder = resources.files("nspec.compiler.corpora").joinpath("austen")
+    for part in sorted(folder.iterdir(), key=lambda p: p.name):
+        if part.name.endswith(".txt.gz"):
+            counts.update(_WORD.findall(gzip.decompress(part.read_bytes()).decode("utf-8")))
+    stems: Counter[str] = Counter()
+    for word, n in counts.items():
+        stems[stem(word)] += n
+    floor = sum(counts.values()) / 2000
+    return frozenset(s for s, n in stems.items() if n >= floor and not s[:1].isdigit())
+
+
+@dataclass(frozen=True)
+class Clause:
+    text: str  # normalised (lower case, single spaces)
+    stems: frozenset[str]
+    not_there: bool  # says the context lacks something
+    negated: bool
+    hedged: bool
+
+
+@dataclass(frozen=True)
+class Quote:
+    text: str
+    grounded: bool | None  # in the needle; None when there is no needle to check against
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str  # normalised
+    clauses: tuple[Clause, ...]
+
+
+@dataclass
+class Reading:
+    """An answer, read: the sentences and clauses outside quotes, and the quotes."""
+
+    sentences: list[Sentence]
+    quotes: list[Quote]
+    refuses: bool  # a refusal to answer at all ("I'm sorry, I can't help with that")
+    stems: set[str] = field(default_factory=set)  # content outside quotes
+
+    @property
+    def clauses(self) -> list[Clause]:
+        return [c for s in self.sentences for c in s.clauses]
+
+    def opens_not_there(self, asked: set[str]) -> bool:
+        """The answer opens by saying the context lacks the answer: its first clause that says anything beyond the
+        question's words ("Unfortunately," and "The text mentions a trout" do not) says so."""
+        for clause in self.clauses:
+            if clause.not_there:
+                return True
+            if clause.stems - asked:
+                return False
+        return False
+
+    def hedged_near(self, key: set[str]) -> bool:
+        """A hedge in a sentence that gives any of ``key`` ("on a tree, or possibly on a wall")."""
+        return any(any(c.hedged for c in s.clauses) for s in self.sentences if any(c.stems & key for c in s.clauses))
+
+    @property
+    def ungrounded_quotes(self) -> list[Quote]:
+        return [q for q in self.quotes if q.grounded is False]
+
+    def stance(self) -> str | None:
+        """'yes' or 'no' when the answer opens with one (after "Based on the text," and the like)."""
+        if not self.sentences:
+            return None
+        first = _LEADS.sub("", self.sentences[0].text)
+        if YES.match(first):
+            return "yes"
+        if NO.match(first):
+            return "no"
+        return None
+
+
+def clean(answer: str) -> str:
+    """Markdown emphasis, list bullets and headings removed; white space kept."""
+    return _MARKUP.sub("", answer)
+
+
+def _norm(text: str) -> str:
+    """Lower case, ASCII apostrophes, single spaces."""
+    return " ".join(text.replace("\u2019", "'").replace("\u2018", "'").casefold().split())
+
+
+def read(answer: str, needle: str | None) -> Reading:
+    """Read an answer; quotes are checked against ``needle`` when there is one."""
+    text = clean(answer)
+    quotes: list[Quote] = []
+
+    def take(match: re.Match[str]) -> str:
+        quoted = next(g for g in match.groups() if g is not None)
+        if len(words(quoted)) >= 3:  # a phrase, not a scare-quoted word
+            quotes.append(Quote(quoted, None if needle is None else grounded(quoted, needle)))
+            return " "
+        return quoted
+
+    outside = _QUOTES.sub(take, text)
+    sentences = []
+    stems: set[str] = set()
+    for sentence in _SENTENCES.split(outside):
+        clauses = []
+        for part in _CLAUSES.split(sentence):
+            norm = _norm(part)
+            if not norm:
+                continue
+            own = frozenset(content(norm))
+            stems |= own
+            negated = bool(set(words(norm)) & _NEGATIONS) or "n't" in norm
+            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated, bool(_HEDGE.search(norm))))
+        if clauses:
+            sentences.append(Sentence(_norm(sentence), tuple(clauses)))
+    return Reading(sentences, quotes, bool(_WONT.search(_norm(text))), stems)
+
+
+def says_not_there(text: str) -> bool:
+    """Whether a text (an expected answer, say) itself states that something is absent."""
+    return bool(_NOT_THERE.search(_norm(text)))
+
+
+def grounded(quote: str, needle: str) -> bool:
+    """Whether quoted text occurs in the needle, allowing an ellipsis for omitted words and a word or so of slack in
+    ten (models re-punctuate and drop a word when they quote)."""
+    haystack = words(needle)
+    for segment in _ELLIPSIS.split(quote):
+        seg = words(segment)
+        if not seg:
+            continue
+        matcher = difflib.SequenceMatcher(None, haystack, seg, autojunk=False)
+        matched = sum(block.size for block in matcher.get_matching_blocks())
+        if matched < 0.85 * len(seg):
+            return False
+    return True
