@@ -17,7 +17,7 @@ import html
 import json
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,15 +55,36 @@ def _rate_row(passes: int, n: int, **keys: Any) -> dict[str, Any]:
     }
 
 
+# Why a negative control (no needle) was answered wrongly, from its verdict's reason.
+NEGATIVE_REASONS = {
+    "invents a value": "invented a value",
+    "does not say the answer is missing": "did not say not found",
+}
+
+
+@dataclass
+class Tally:
+    """What a model's cells add up to beyond pass and fail."""
+
+    undecided: int = 0  # no scorer decided and no judge was asked
+    judge_errors: int = 0  # too few judges gave a verdict
+    errors: int = 0  # the request got no answer
+    needles_found: list[float] = field(default_factory=list)  # multi-needle cells: the share found
+    judge_scores: list[float] = field(default_factory=list)  # score-10 judges: each cell's mean score
+    negative_reasons: Counter[str] = field(default_factory=Counter)
+
+
 @dataclass
 class ReportData:
     heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     lengths: list[dict[str, Any]] = field(default_factory=list)
     locations: list[dict[str, Any]] = field(default_factory=list)
-    negatives: list[dict[str, Any]] = field(default_factory=list)
+    negatives: list[dict[str, Any]] = field(default_factory=list)  # false-positive rate per model and length
+    negative_reasons: list[dict[str, Any]] = field(default_factory=list)  # the same, split by reason
     dissent: list[dict[str, Any]] = field(default_factory=list)
     costs: list[dict[str, Any]] = field(default_factory=list)
+    tallies: dict[str, Tally] = field(default_factory=dict)
 
 
 def run_labels(runs: list[Run]) -> list[str]:
@@ -84,24 +105,43 @@ def collect(runs: list[Run]) -> ReportData:
     by_length: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     by_location: dict[tuple[str, float, int], list[int]] = defaultdict(lambda: [0, 0])
     negatives: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    reasons: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    found: dict[tuple[str, int, float], list[float]] = defaultdict(list)
     for run, run_label in zip(runs, names, strict=True):
         cells = {c["cell_id"]: c for c in run.cells()}
         answers = _answers(run)
         for score in _scores(run):
             cell = cells[score["cell_id"]]
+            label = _label(cell, run_label)
+            tally = data.tallies.setdefault(label, Tally())
+            if "judge_score" in score:
+                tally.judge_scores.append(score["judge_score"])
             if score["verdict"] not in ("pass", "fail"):
+                if score["verdict"] == "error":
+                    tally.errors += 1
+                elif score.get("judge_error"):
+                    tally.judge_errors += 1
+                else:
+                    tally.undecided += 1
                 continue
-            label, passed = _label(cell, run_label), score["verdict"] == "pass"
+            passed = score["verdict"] == "pass"
             length = cell["context_length"]["target"]
             if cell["negative"]:
                 counts = negatives[(label, length)]
                 counts[0] += not passed  # a false positive: the model answered what is not there
                 counts[1] += 1
+                if not passed:
+                    why = NEGATIVE_REASONS.get(score["reason"], "judged wrong")
+                    reasons[(label, length)][why] += 1
+                    tally.negative_reasons[why] += 1
                 continue
             depth = cell["depth"]["requested"]
             for table, key in ((heat, (label, length, depth)), (by_length, (label, length))):
                 table[key][0] += passed
                 table[key][1] += 1
+            if "needles_found" in score:
+                found[(label, length, depth)].append(score["needles_found"])
+                tally.needles_found.append(score["needles_found"])
             if cell["repeat"] is not None:
                 counts = by_location[(label, depth, cell["repeat"])]
                 counts[0] += passed
@@ -123,6 +163,9 @@ def collect(runs: list[Run]) -> ReportData:
     for (label, length, depth), (passes, n) in sorted(heat.items()):
         row = _rate_row(passes, n, context_length=length, depth=depth)
         row["text"] = f"{row['rate']:.2f} (n={n})"
+        shares = found.get((label, length, depth))
+        if shares:
+            row["needles_found"] = round(sum(shares) / len(shares), 4)
         data.heat.setdefault(label, []).append(row)
     data.lengths = [
         _rate_row(p, n, model=label, context_length=length) for (label, length), (p, n) in sorted(by_length.items())
@@ -134,7 +177,29 @@ def collect(runs: list[Run]) -> ReportData:
     data.negatives = [
         _rate_row(fp, n, model=label, context_length=length) for (label, length), (fp, n) in sorted(negatives.items())
     ]
+    data.negative_reasons = [
+        {"model": label, "context_length": length, "reason": why, "count": k, "rate": k / negatives[key][1]}
+        for key in sorted(reasons)
+        for label, length in [key]
+        for why, k in sorted(reasons[key].items())
+    ]
     return data
+
+
+def effective_length(rows: list[dict[str, Any]], threshold: float) -> dict[str, int | None]:
+    """RULER's effective length of one model: the longest length whose pass rate stays at or above ``threshold`` at
+    that length and every shorter one; `low` and `high` are the same with the Wilson 95% bounds instead of the rate
+    (the length the data are sure of, and the longest it admits). None: not even the shortest length."""
+
+    def longest(key: str) -> int | None:
+        best = None
+        for row in sorted(rows, key=lambda r: r["context_length"]):
+            if row[key] < threshold:
+                break
+            best = row["context_length"]
+        return best
+
+    return {"length": longest("rate"), "low": longest("ci_low"), "high": longest("ci_high")}
 
 
 def _scores(run: Run) -> Any:
@@ -257,24 +322,38 @@ def location_chart(rows: list[dict[str, Any]]) -> Any:
     )
 
 
-def negatives_chart(rows: list[dict[str, Any]]) -> Any:
+def negatives_chart(rows: list[dict[str, Any]], reasons: list[dict[str, Any]]) -> Any:
+    """Per model, the share of negative controls answered wrongly at each length, split by why (a value invented,
+    no "not found" said, or the judges' verdict), with the Wilson interval and the count over the bars."""
     import altair as alt
 
-    base = alt.Chart(alt.Data(values=rows), title="Negative controls: share answered with a value that is not there")
-    bars = base.mark_bar().encode(
-        x=alt.X("context_length:O", title="Context length (tokens)"),
-        y=alt.Y("rate:Q", title="False-positive rate", scale=alt.Scale(domain=[0, 1])),
-        xOffset="model:N",
-        color="model:N",
-        tooltip=["model:N", "context_length:O", "passes:Q", "n:Q"],
+    values = [{**r, "kind": "reason"} for r in reasons] + [{**r, "kind": "total"} for r in rows]
+    base = alt.Chart(alt.Data(values=values))
+    x = alt.X("context_length:O", title="Context length (tokens)")
+    why = [*NEGATIVE_REASONS.values(), "judged wrong"]
+    bars = (
+        base.transform_filter("datum.kind == 'reason'")
+        .mark_bar()
+        .encode(
+            x=x,
+            y=alt.Y("rate:Q", title="Share answered wrongly", scale=alt.Scale(domain=[0, 1]), stack="zero"),
+            color=alt.Color("reason:N", title="Why", scale=alt.Scale(domain=why, range=[RAMP[0], "#8c6bb1", "#777"])),
+            tooltip=["model:N", "context_length:O", "reason:N", "count:Q"],
+        )
     )
-    errors = base.mark_rule().encode(x="context_length:O", xOffset="model:N", y="ci_low:Q", y2="ci_high:Q")
+    totals = base.transform_filter("datum.kind == 'total'")
+    errors = totals.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q")
     counts = (
-        base.transform_calculate(label="datum.passes + '/' + datum.n")
+        totals.transform_calculate(label="datum.passes + '/' + datum.n")
         .mark_text(dy=-6, fontSize=9)
-        .encode(x="context_length:O", xOffset="model:N", y="rate:Q", text="label:N")
-    )  # "0/16" reads where no bar shows
-    return (bars + errors + counts).properties(width=520, height=220)
+        .encode(x=x, y="ci_high:Q", text="label:N")
+    )  # above the interval; "0/16" reads where no bar shows
+    return (
+        alt.layer(bars, errors, counts)
+        .properties(width=alt.Step(48), height=200)
+        .facet(column=alt.Column("model:N", title=None))
+        .properties(title="Negative controls: share answered wrongly (no needle), and why")
+    )
 
 
 def dissent_chart(rows: list[dict[str, Any]]) -> Any:
@@ -319,7 +398,7 @@ def charts(data: ReportData, wanted: tuple[str, ...]) -> list[tuple[str, Any]]:
     for name, rows, draw in (
         ("length", data.lengths, length_chart),
         ("location", data.locations, location_chart),
-        ("negatives", data.negatives, negatives_chart),
+        ("negatives", data.negatives, lambda rows: negatives_chart(rows, data.negative_reasons)),
         ("dissent", [r for r in data.dissent if r["votes"]], dissent_chart),
         ("cost", data.costs, cost_chart),
     ):
@@ -334,19 +413,19 @@ def _slug(label: str) -> str:
 
 # -- output ---------------------------------------------------------------------------------------------------------
 
-SUMMARY_FIELDS = ("model", "context_length", "depth", "n", "passes", "rate", "ci_low", "ci_high")
+SUMMARY_FIELDS = ("model", "context_length", "depth", "n", "passes", "rate", "ci_low", "ci_high", "needles_found")
 
 
 def write_summary(data: ReportData, path: Path) -> None:
-    """summary.csv: one row per model x length x depth."""
+    """summary.csv: one row per model x length x depth; `needles_found` is the mean share of target needles the
+    answers give, for cells with several (RULER's partial credit), empty otherwise."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY_FIELDS)
         writer.writeheader()
         for label, rows in data.heat.items():
             for row in rows:
-                writer.writerow(
-                    {"model": label, **{k: round(row[k], 4) if k == "rate" else row[k] for k in SUMMARY_FIELDS[1:]}}
-                )
+                values = {k: round(row[k], 4) if k == "rate" else row.get(k, "") for k in SUMMARY_FIELDS[1:]}
+                writer.writerow({"model": label, **values})
 
 
 def model_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -367,17 +446,47 @@ def model_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _summary_html(data: ReportData) -> str:
+def _tokens(length: int | None, shortest: int) -> str:
+    return f"{length:,}" if length is not None else f"below {shortest:,}"
+
+
+def _summary_html(data: ReportData, threshold: float) -> str:
     items = []
-    for label, rows in data.heat.items():
-        s = model_summary(rows)
-        longest = f"{s['all_depths_pass_up_to']:,} tokens" if s["all_depths_pass_up_to"] else "no length"
-        rate = (
-            "no scored cells"
-            if s["rate"] is None
-            else (f"{s['rate']:.1%} of {s['n']} cells pass (95% CI {s['ci_low']:.1%}-{s['ci_high']:.1%})")
-        )
-        items.append(f"<li><b>{html.escape(label)}</b>: every depth passes up to {longest}; {rate}</li>")
+    for label in sorted(set(data.heat) | set(data.tallies)):
+        rows = data.heat.get(label, [])
+        tally = data.tallies.get(label, Tally())
+        parts = []
+        if rows:
+            s = model_summary(rows)
+            longest = f"{s['all_depths_pass_up_to']:,} tokens" if s["all_depths_pass_up_to"] else "no length"
+            parts.append(
+                f"{s['rate']:.1%} of {s['n']} cells pass (95% CI {s['ci_low']:.1%}-{s['ci_high']:.1%}); "
+                f"every depth passes up to {longest}"
+            )
+            lengths = [r for r in data.lengths if r["model"] == label]
+            eff = effective_length(lengths, threshold)
+            shortest = min(r["context_length"] for r in lengths)
+            parts.append(
+                f"effective length {_tokens(eff['length'], shortest)} tokens at a pass rate of {threshold:.1%} "
+                f"(95%: {_tokens(eff['low'], shortest)} to {_tokens(eff['high'], shortest)})"
+            )
+        if tally.needles_found:
+            parts.append(f"{sum(tally.needles_found) / len(tally.needles_found):.1%} of needles found on average")
+        if tally.judge_scores:
+            parts.append(f"mean judge score {sum(tally.judge_scores) / len(tally.judge_scores):.1f} of 10")
+        wrong = sum(tally.negative_reasons.values())
+        controls = sum(r["n"] for r in data.negatives if r["model"] == label)
+        if controls:
+            ranked = sorted(tally.negative_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+            why = ", ".join(f"{k} {reason}" for reason, k in ranked)
+            parts.append(f"negative controls: {wrong} of {controls} answered wrongly" + (f" ({why})" if why else ""))
+        left = [
+            (tally.judge_errors, "undecided (judge error)"),
+            (tally.undecided, "undecided (no judge)"),
+            (tally.errors, "without an answer (request failed)"),
+        ]
+        parts += [f"{k} cell{'s' * (k != 1)} {what}, in no pass rate" for k, what in left if k]
+        items.append(f"<li><b>{html.escape(label)}</b>: " + html.escape("; ".join(parts)) + "</li>")
     return "<section><h2>Summary</h2><ul>" + "".join(items) + "</ul></section>"
 
 
@@ -393,6 +502,12 @@ def _script_safe(page: str, spec: dict[str, Any]) -> str:
     return page[:start] + safe + page[end:]
 
 
+def _chart_files(folder: Path) -> list[str]:
+    """The chart images in a report folder, by the names `charts` gives them."""
+    fixed = {f"{name}.png" for name in CHARTS if name != "heatmap"}
+    return [p.name for p in folder.glob("*.png") if p.name in fixed or p.name.startswith("heatmap-")]
+
+
 def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     """Write the report of one run (into its report/) or of several (into the first's, unless ``folder``)."""
     import altair as alt
@@ -401,13 +516,17 @@ def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     folder = folder or runs[0].path / "report"
     folder.mkdir(parents=True, exist_ok=True)
     data = collect(runs)
-    wanted = tuple(runs[0].spec.get("report", {}).get("charts", CHARTS))
+    options = runs[0].spec.get("report", {})
+    wanted = tuple(options.get("charts", CHARTS))
     drawn = charts(data, wanted)
+    for stale in set(_chart_files(folder)) - {f"{name}.png" for name, _ in drawn}:
+        (folder / stale).unlink()  # a chart an earlier report drew and this one does not (a judge gone, say)
     for name, chart in drawn:
         (folder / f"{name}.png").write_bytes(vlc.vegalite_to_png(chart.to_dict(), scale=2))
     write_summary(data, folder / "summary.csv")
-    title = runs[0].spec.get("report", {}).get("title", " vs ".join(r.spec["name"] for r in runs))
-    head = f"<h1>{html.escape(title)}</h1>\n{_summary_html(data)}"
+    title = options.get("title", " vs ".join(r.spec["name"] for r in runs))
+    threshold = float(options.get("effective_length_threshold", 0.856))
+    head = f"<h1>{html.escape(title)}</h1>\n{_summary_html(data, threshold)}"
     if drawn:
         spec = alt.vconcat(*(chart for _, chart in drawn)).configure_view(strokeWidth=0).to_dict()
         page = _script_safe(vlc.vegalite_to_html(spec, bundle=True), spec)

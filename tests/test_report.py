@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from nspec.runners.report import build_report, collect, model_summary, wilson
+from nspec.runners.report import build_report, collect, effective_length, model_summary, wilson
 from nspec.runners.rundir import Run
 from tests.test_audit import scored_run
 
@@ -48,7 +48,7 @@ def test_summary_csv_and_page(spec_file, tmp_path):
     summary = model_summary(collect([Run(run)]).heat["openai/gpt-4.1-mini"])
     assert summary["all_depths_pass_up_to"] == 400 and (summary["passes"], summary["n"]) == (11, 12)
     assert "<h2>Summary</h2>" in page
-    assert "every depth passes up to 400 tokens; 91.7% of 12 cells pass (95% CI 64.6%-98.5%)" in page
+    assert "91.7% of 12 cells pass (95% CI 64.6%-98.5%); every depth passes up to 400 tokens" in page
 
 
 def test_several_runs_in_one_report(spec_file, tmp_path):
@@ -92,3 +92,61 @@ def test_location_chart_for_stacks(tmp_path, monkeypatch):
     by_repeat = {(r["location"], r["repeat"]): r["rate"] for r in data.locations}
     assert by_repeat == {(1.0, "1"): 1.0, (1.0, "2"): 1.0, (98.0, "1"): 0.0, (98.0, "2"): 1.0}
     assert "location" in [name for name, _ in charts(data, ("location",))]
+
+
+def rows(*rates):
+    """Length rows as collect() makes them: (length, passes, n)."""
+    out = []
+    for length, passes, n in rates:
+        low, high = wilson(passes, n)
+        out.append({"context_length": length, "rate": passes / n, "ci_low": low, "ci_high": high})
+    return out
+
+
+def test_effective_length_is_the_longest_prefix_at_the_threshold_with_its_uncertainty():
+    data = rows((1000, 50, 50), (2000, 48, 50), (4000, 45, 50), (8000, 50, 50), (16000, 10, 50))
+    # 4000 drops to 90%: still above 85.6% (its Wilson bound is not); 8000 is back at 100%, 16000 far below.
+    assert effective_length(data, 0.856) == {"length": 8000, "low": 2000, "high": 8000}
+    assert effective_length(rows((1000, 1, 2), (2000, 2, 2)), 0.856) == {"length": None, "low": None, "high": 2000}
+    # A dip at a short length ends the effective length there, whatever follows.
+    assert effective_length(rows((1000, 20, 20), (2000, 10, 20), (4000, 20, 20)), 0.8)["length"] == 1000
+
+
+def test_summary_counts_judge_errors_partial_credit_and_why_controls_failed(spec_file, tmp_path):
+    import json
+
+    run, _ = scored_run(spec_file, tmp_path)
+    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    negatives = [s for s in scores if s["negative"]]
+    needles = [s for s in scores if not s["negative"]]
+    negatives[0].update(verdict="fail", reason="invents a value")
+    negatives[1].update(verdict="fail", reason="does not say the answer is missing")
+    negatives[2].update(verdict="fail", reason="judges: 0 of 3 votes pass (majority)")
+    needles[0].update(verdict="undecided", judge_error=True, reason="judge error: 1 of 3 judges gave a verdict")
+    needles[1].update(verdict="undecided", reason="auto: hedges")
+    for s in needles[2:]:
+        s["needles_found"] = 0.5
+        s["judge_score"] = 8
+    (run / "scores.jsonl").write_text("".join(json.dumps(s) + "\n" for s in scores))
+    # A chart an earlier report drew that this one will not: removed when the report is rebuilt.
+    (run / "report").mkdir()
+    (run / "report" / "heatmap-gone-model.png").write_bytes(b"old")
+    (run / "report" / "notes.png").write_bytes(b"the user's own file")
+    page = build_report([Run(run)]).read_text()
+    assert not (run / "report" / "heatmap-gone-model.png").exists() and (run / "report" / "notes.png").exists()
+    n = len(needles) - 2
+    assert f"{(n - 1) / n:.1%} of {n} cells pass" in page  # the two undecided cells count in no pass rate
+    assert "1 cell undecided (judge error), in no pass rate; 1 cell undecided (no judge), in no pass rate" in page
+    assert "50.0% of needles found on average" in page and "mean judge score 8.0 of 10" in page
+    assert (
+        f"negative controls: 3 of {len(negatives)} answered wrongly "
+        "(1 did not say not found, 1 invented a value, 1 judged wrong)"
+    ) in page
+    summary = list(csv.DictReader((run / "report" / "summary.csv").read_text().splitlines()))
+    assert {r["needles_found"] for r in summary} == {"0.5"}
+    data = collect([Run(run)])
+    assert sorted((r["reason"], r["count"]) for r in data.negative_reasons) == [
+        ("did not say not found", 1),
+        ("invented a value", 1),
+        ("judged wrong", 1),
+    ]
