@@ -25,6 +25,9 @@ from .tokenizers import Tokenizer
 # word boundary a token or two away; layout such as blank lines before a chapter heading can stretch it to ~10.
 # (Stack cells are cut between items, so they may fall short by up to one item and its separator.)
 TEXT_TOLERANCE = 16
+# How far from its requested place a needle may move to reach a sentence boundary (text haystacks). Prose has one
+# every sentence; a text with none this close (a table, code) cannot hold a needle between sentences.
+BOUNDARY_REACH = 1024
 _CLEAN_IN_TEXT = re.compile(rb"(?<=[\x21-\x7e]) |(?<=\n)[A-Za-z0-9]")
 _WHITESPACE = b" \t\r\n"
 
@@ -81,7 +84,9 @@ def build_context(
     ``target`` tokens, as close to it as clean cut points allow."""
     goal = target - parts.reserve
     fixed = fixed_tokens(tokenizer, parts)
-    mode = "boundary" if stack_separator is not None else "clean"
+    # The haystack's last token is cut at a clean point, or, when a needle goes at its very end, after a sentence.
+    at_end = any(i.depth >= 100 for i in inserts)
+    mode = "boundary" if stack_separator is not None or at_end else "clean"
     texts = [_insert_text(i, stack_separator) for i in inserts]
     sizes = [len(tokenizer.encode(t)) for t in texts]
     guess = sum(sizes) + 2 * len(sizes)
@@ -90,29 +95,90 @@ def build_context(
         raise FitError(f"the prompt and needles alone need more than {target} tokens")
     if start + room > tt.n_tokens:
         raise FitError(f"the haystack has {tt.n_tokens - start} tokens from its start; {room} are needed")
+    fit = _Fit(tt, tokenizer, parts, inserts, texts, sizes, stack_separator, fixed, goal, target)
+    if at_end and stack_separator is None and not any(i.depth <= 0 for i in inserts):
+        # A needle at the very end follows a whole sentence: end the haystack at the first sentence end past the
+        # room, and cut its start instead (no needle there), so the context is still filled to its length.
+        end = tt.next("boundary", start + room, min(tt.n_tokens - 1, start + room + BOUNDARY_REACH))
+        if tt.boundary(end):
+            return fit.moving_start(tt.next("clean", end - room, end), end, floor=start)
     end = tt.last(mode, start + room, start)
-    best: BuiltContext | None = None
-    for _ in range(24):
-        pieces, depths = _assemble(tt, start, end, inserts, texts, sizes, stack_separator)
+    if at_end and stack_separator is None and start + room - end > BOUNDARY_REACH:
+        raise FitError(
+            f"no sentence ends within {BOUNDARY_REACH} tokens of the haystack's end (token {start + room}), "
+            "so a needle at depth 100 cannot follow a whole sentence"
+        )
+    return fit.moving_end(start, end, mode)
+
+
+@dataclass
+class _Fit:
+    """The search for the longest haystack span that fits: one edge fixed, the other moved cut point by cut point
+    (24 rounds are plenty: each round jumps by the measured excess or room)."""
+
+    tt: TokenizedText
+    tokenizer: Tokenizer
+    parts: PromptParts
+    inserts: list[Insert]
+    texts: list[str]
+    sizes: list[int]
+    stack_separator: str | None
+    fixed: int
+    goal: int
+    target: int
+
+    def build(self, begin: int, end: int) -> tuple[BuiltContext, int]:
+        """The context of haystack tokens [begin, end) with the inserts, and its total in model tokens."""
+        tt, tokenizer, parts = self.tt, self.tokenizer, self.parts
+        pieces, depths = _assemble(tt, begin, end, self.inserts, self.texts, self.sizes, self.stack_separator)
         user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
-        total = tokenizer.scale(fixed + user_tokens)
-        if total <= goal:
-            user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
-            hay = user_tokens - len(tokenizer.encode(parts.prefix)) - len(tokenizer.encode(parts.suffix))
-            best = BuiltContext(user, total, hay, depths)
-            grown = tt.last(mode, min(tt.n_tokens, end + _unscale(tokenizer, goal - total)), end)
-            if grown <= end:
+        total = tokenizer.scale(self.fixed + user_tokens)
+        user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
+        hay = user_tokens - len(tokenizer.encode(parts.prefix)) - len(tokenizer.encode(parts.suffix))
+        return BuiltContext(user, total, hay, depths), total
+
+    def moving_end(self, begin: int, end: int, mode: str) -> BuiltContext:
+        best: BuiltContext | None = None
+        for _ in range(24):
+            built, total = self.build(begin, end)
+            if total <= self.goal:
+                best = built
+                grown = self.tt.last(
+                    mode, min(self.tt.n_tokens, end + _unscale(self.tokenizer, self.goal - total)), end
+                )
+                if grown <= end:
+                    return best
+                end = grown  # room is left: try the next cut point further on
+            elif best is not None:
+                return best  # growing went one cut too far
+            elif end <= begin:
+                break
+            else:
+                end = self.tt.last(mode, max(begin, end - _unscale(self.tokenizer, total - self.goal) - 1), begin)
+        return self._done(best)
+
+    def moving_start(self, begin: int, end: int, floor: int) -> BuiltContext:
+        best: BuiltContext | None = None
+        for _ in range(24):
+            built, total = self.build(begin, end)
+            if total <= self.goal:
+                best = built
+                earlier = self.tt.next("clean", max(floor, begin - _unscale(self.tokenizer, self.goal - total)), begin)
+                if earlier >= begin:
+                    return best
+                begin = earlier  # room is left: start at an earlier cut point
+            elif best is not None:
                 return best
-            end = grown  # room is left: try the next cut point further on
-        elif best is not None:
-            return best  # growing went one cut too far
-        elif end <= start:
-            break
-        else:
-            end = tt.last(mode, max(start, end - _unscale(tokenizer, total - goal) - 1), start)
-    if best is not None:
+            elif begin >= end:
+                break
+            else:
+                begin = self.tt.next("clean", min(end, begin + _unscale(self.tokenizer, total - self.goal) + 1), end)
+        return self._done(best)
+
+    def _done(self, best: BuiltContext | None) -> BuiltContext:
+        if best is None:
+            raise FitError(f"cannot fit the request into {self.target} tokens")
         return best
-    raise FitError(f"cannot fit the request into {target} tokens")
 
 
 def _unscale(tokenizer: Tokenizer, tokens: int) -> int:
@@ -151,7 +217,7 @@ def _assemble(
             positions[i] = end
         elif depth > 0:
             wanted = start + round((span + sum(sizes) - sizes[i]) * depth / 100) - placed
-            positions[i] = tt.last("boundary", min(end, max(floor, wanted)), floor)
+            positions[i] = _boundary_near(tt, min(end, max(floor, wanted)), floor, end, stack_separator is None)
         positions[i] = max(positions[i], floor)
         floor, placed = positions[i], placed + sizes[i]
     order = sorted(range(len(inserts)), key=lambda i: (positions[i], inserts[i].depth, i))
@@ -177,6 +243,25 @@ def _assemble(
         rest = max(1, total - sizes[i])
         depths.append(round(100 * min(starts_at[i], rest) / rest, 2))
     return pieces, tuple(depths)
+
+
+def _boundary_near(tt: TokenizedText, k: int, low: int, high: int, bounded: bool) -> int:
+    """The boundary nearest token ``k`` in [low, high] (``low`` is itself one: the haystack's start or the needle
+    before); for text haystacks it must lie within `BOUNDARY_REACH` tokens, or there is none to use."""
+    if not bounded:
+        return tt.last("boundary", k, low)
+    back = tt.last("boundary", k, max(low, k - BOUNDARY_REACH))
+    found_back = tt.boundary(back)
+    ahead = tt.next("boundary", k, min(high, k + BOUNDARY_REACH))
+    found_ahead = tt.boundary(ahead) and ahead <= high
+    if found_back and (not found_ahead or k - back <= ahead - k):
+        return back
+    if found_ahead:
+        return ahead
+    raise FitError(
+        f"no sentence boundary within {BOUNDARY_REACH} tokens of token {k} of the haystack: a needle goes between "
+        "sentences, and this text has none there (use prose, or a stack of items)"
+    )
 
 
 def _join_group(

@@ -31,6 +31,13 @@ RULER_NOISE = ("The grass is green.", "The sky is blue.", "The sun is yellow.", 
 _SENTENCE_END = b".!?"
 _CLOSERS = b"\"')]"
 _ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_OPENERS = frozenset(b"\"'([_")
+# Words that end with a period inside a sentence ("Mr. Knightley"): a needle never goes after them.
+_ABBREVIATIONS = frozenset(
+    b"Mr Mrs Ms Mme Mlle Messrs Dr St Sr Jr Col Capt Gen Lt Sgt Adm Rev Hon Esq Prof Mt Ft Co Ltd Inc "
+    b"vs etc viz cf al ch pp vol no Jan Feb Mar Apr Jun Jul Aug Sep Sept Oct Nov Dec".split()
+)
 
 
 @dataclass(frozen=True)
@@ -188,21 +195,29 @@ class TokenizedText:
         return is_clean(self.data, pos)
 
     def boundary(self, k: int) -> bool:
-        """Whether a needle may go before token ``k``: a clean point after a sentence or paragraph end, or, in a
-        stack, at the start of an item."""
+        """Whether a needle may go before token ``k``: a clean point between sentences — after a sentence's final
+        mark (and closing quotes), not after an abbreviation such as "Mr." or an initial, before a capital or an
+        opening quote — or at a paragraph start, or at either end of the text; in a stack, at an item's start."""
         if not self.clean(k):
             return False
         pos = self.starts[k]
         if self.item_starts is not None:
             i = bisect_left(self.item_starts, pos)
-            return i < len(self.item_starts) and self.item_starts[i] == pos
+            return (i < len(self.item_starts) and self.item_starts[i] == pos) or pos >= len(self.data)
         data = self.data
-        if data[pos] == 0x20:  # ". Next" — the cut is after the sentence's last mark
-            j = pos - 1
-            while j > 0 and data[j] in _CLOSERS:
-                j -= 1
-            return data[j] in _SENTENCE_END
-        return pos >= 2 and data[pos - 1] == 0x0A and data[pos - 2] == 0x0A  # a paragraph starts here
+        if pos == 0 or pos >= len(data):
+            return pos == 0 or sentence_ends_at(data, len(data) - 1)
+        if data[pos] == 0x20:  # "end. Next": the cut is after the sentence's last mark
+            after = pos
+            while after < len(data) and data[after] == 0x20:
+                after += 1
+            starts_next = after >= len(data) or data[after] == 0x0A or starts_sentence(data, after)
+            return starts_next and sentence_ends_at(data, pos - 1)
+        if data[pos - 1] == 0x0A:  # at a line start: a paragraph, or a sentence that ended the line before
+            if pos >= 2 and data[pos - 2] == 0x0A:
+                return True
+            return starts_sentence(data, pos) and sentence_ends_at(data, pos - 2)
+        return False
 
     def last(self, test: str, k: int, low: int) -> int:
         """The largest token index in [low, k] passing ``test`` ("clean" or "boundary"); ``low`` if none."""
@@ -213,11 +228,47 @@ class TokenizedText:
             k -= 1
         return low
 
+    def next(self, test: str, k: int, high: int) -> int:
+        """The smallest token index in [k, high] passing ``test`` ("clean" or "boundary"); ``high`` if none."""
+        check = self.clean if test == "clean" else self.boundary
+        while k < high:
+            if check(k):
+                return k
+            k += 1
+        return high
+
     def token_at_byte(self, pos: int) -> int:
         return bisect_right(self.starts, pos) - 1
 
     def text(self, a: int, b: int) -> str:
         return self.data[self.starts[a] : self.starts[b]].decode("utf-8")
+
+
+def sentence_ends_at(data: bytes, j: int) -> bool:
+    """Whether the text up to byte ``j`` (inclusive, trailing spaces allowed) ends a sentence: a final mark and any
+    closing quotes, not an ellipsis, and not the period of an abbreviation or an initial."""
+    while j >= 0 and data[j] == 0x20:
+        j -= 1
+    while j >= 0 and data[j] in _CLOSERS:
+        j -= 1
+    if j < 0 or data[j] not in _SENTENCE_END:
+        return False
+    if data[j] != 0x2E:  # ! or ?
+        return True
+    if j > 0 and data[j - 1] == 0x2E:  # "Well... I"
+        return False
+    w = j
+    while w > 0 and data[w - 1] in _ALNUM:
+        w -= 1
+    word = data[w:j]
+    if len(word) == 1 and word[0] in _UPPER:  # an initial: "J. Smith"
+        return False
+    return word not in _ABBREVIATIONS
+
+
+def starts_sentence(data: bytes, i: int) -> bool:
+    """Whether byte ``i`` can begin a sentence: a capital, an opening quote or bracket, or a non-ASCII letter."""
+    return data[i] in _UPPER or data[i] in _OPENERS or data[i] >= 0x80
 
 
 def is_clean(data: bytes, pos: int) -> bool:

@@ -6,9 +6,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nspec.compiler.context import TEXT_TOLERANCE, FitError, Insert, PromptParts, build_context, fixed_tokens
+from nspec.compiler.context import (
+    BOUNDARY_REACH,
+    TEXT_TOLERANCE,
+    FitError,
+    Insert,
+    PromptParts,
+    build_context,
+    fixed_tokens,
+)
 from nspec.compiler.haystack import TokenizedText, load_haystack
 from nspec.compiler.tokenizers import ProxyTokenizer, encoding
+from tests.test_placement import between_sentences, without_others
 
 TOKENIZERS = {
     "o200k_base": encoding("o200k_base"),
@@ -17,7 +26,6 @@ TOKENIZERS = {
 }
 PREFIXES = ["", "Context: ", "<document>\n", "Read the text below.\n\n", "«"]
 SUFFIXES = ["", "\n\n{q}", " {q}", "\n</document>\n{q} Answer briefly.", "»\n{q}"]
-BOUNDARY_BEFORE = re.compile(r"(^|[.!?][\"')\]]*\s|\n\n)$")
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +66,12 @@ def test_built_context_is_exact(haystacks, name, length, depths, offset, prefix,
         own = fixed_tokens(tokenizer, parts) + sum(len(tokenizer.encode(n)) for n in needles) + 40
         assert length < tokenizer.scale(own) + reserve  # only when the prompt and needles alone nearly fill it
         return
-    # The recorded count is the real one, and the request fits with almost nothing to spare.
+    # The recorded count is the real one, and the request fits with almost nothing to spare (a needle at the very
+    # end follows the last whole sentence that fits, so up to a sentence may be left).
     assert built.tokens == request_tokens(tokenizer, system, built.user, prefill)
     assert built.tokens + reserve <= length
-    assert length - (built.tokens + reserve) <= TEXT_TOLERANCE + (1 if name == "proxy" else 0)
+    spare = length - (built.tokens + reserve)
+    assert spare <= (BOUNDARY_REACH if 100.0 in depths else TEXT_TOLERANCE + (1 if name == "proxy" else 0))
     assert built.user.startswith(prefix) and built.user.endswith(parts.suffix)
     body = built.user[len(prefix) : len(built.user) - len(parts.suffix)]
     without = body
@@ -77,8 +87,9 @@ def test_built_context_is_exact(haystacks, name, length, depths, offset, prefix,
             for other in needles:
                 rest = rest.replace(other, "")
             assert rest.strip() == ""
-        else:
-            assert BOUNDARY_BEFORE.search(body[:at]), body[max(0, at - 40) : at]  # at a sentence boundary
+        # between two sentences of the haystack, whatever the depth (other needles there count as sentences)
+        hay = without_others(body, needles, needle)
+        assert between_sentences(hay, hay.index(needle), needle), hay[max(0, hay.index(needle) - 60) :][:160]
         if depth == 0:  # the very start: nothing before it but other needles placed at the start
             rest = body[:at]
             for other in needles:
@@ -87,9 +98,6 @@ def test_built_context_is_exact(haystacks, name, length, depths, offset, prefix,
         before = len(tokenizer.encode(body[:at]))
         total = max(1, len(tokenizer.encode(body)) - len(tokenizer.encode(needle)))
         assert abs(100 * before / total - actual) <= 100 * 2 / total  # the recorded depth, within 2 tokens
-    if len(needles) == 1 and 0 < depths[0] < 100:
-        # at or before the requested depth: the nearest boundary does not overshoot
-        assert built.depths[0] <= depths[0] + 0.5
     assert hay_tokens > 0
 
 
@@ -106,3 +114,27 @@ def test_prompt_longer_than_the_length_is_a_fit_error(haystacks):
     parts = PromptParts("x " * 400, "", "", None, 10)
     with pytest.raises(FitError, match="the prompt and needles alone need more than 300 tokens"):
         build_context(haystacks["o200k_base"], TOKENIZERS["o200k_base"], 0, parts, [], 300)
+
+
+def test_a_needle_goes_to_the_nearest_sentence_boundary():
+    tokenizer = TOKENIZERS["o200k_base"]
+    sentences = ["It rained all day in the small town by the sea and nobody went out."] * 5 + ["Then sun."] * 3
+    tt = TokenizedText(" ".join(sentences * 20), tokenizer)
+    needle = "The needle is here."
+    built = build_context(tt, tokenizer, 0, PromptParts(None, "", "", None, 10), [Insert(needle, 50)], 300)
+    at = built.user.index(needle)
+    hay = built.user.replace(needle + " ", "")
+    half = len(tokenizer.encode(hay)) / 2
+    # The sentence ends of the haystack, by tokens before them; the needle follows the one nearest half way.
+    ends = {len(tokenizer.encode(hay[: m.end()])): m.end() for m in re.finditer(r"[.] ", hay)}
+    assert at == ends[min(ends, key=lambda tokens: abs(tokens - half))]
+
+
+def test_a_needle_at_the_end_follows_a_whole_sentence_and_the_context_is_still_full(haystacks):
+    tt, tokenizer = haystacks["o200k_base"], TOKENIZERS["o200k_base"]
+    parts = PromptParts(None, "", "", None, 10)
+    for length in (160, 400, 1000, 3000):
+        built = build_context(tt, tokenizer, 0, parts, [Insert("Last needle.", 100)], length)
+        assert built.user.endswith(" Last needle.") or built.user.endswith("\nLast needle.")
+        assert between_sentences(built.user, built.user.index("Last needle."), "Last needle.")
+        assert length - (built.tokens + 10) <= TEXT_TOLERANCE  # the start was cut instead
