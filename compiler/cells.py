@@ -18,14 +18,17 @@ from nspec.errors import CompileError
 from nspec.spec.templates import render
 
 from . import grid as grid_axes
-from .context import Insert, PromptParts, build_context
+from .context import BuiltContext, Insert, PromptParts, build_context
 from .draws import Draws
-from .haystack import HaystackSource, TokenizedText, is_clean, trial_documents
+from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
 from .needles import CellNeedles, draw_needles, needle_ids
 from .requests import request_line
-from .tokenizers import Tokenizer, tokenizer_for
+from .tokenizers import Tokenizer, chat_framing, encoding, tokenizer_for
 
 _HAYSTACK_MARK = "\x00haystack\x00"
+# A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
+# long sentences the nearest sentence boundary can be that far.
+FAR_FROM_DEPTH = 5.0
 
 
 @dataclass
@@ -120,6 +123,14 @@ class CellMaker:
         self.placement: str = spec.get("placement", "spread")
         self.is_stack = source.kind == "stack"
         self.dropped: dict[str, int] = {}
+        # Repetition of the sources within a cell: counted always, refused with `haystack.repeat: error` (noise
+        # repeats its few sentences by design).
+        self.use = SourceUse(len(source.documents))
+        self.refuse_repetition = spec["haystack"].get("repeat", "allow") == "error" and source.kind != "noise"
+        self.repeating: dict[str, int] = {}  # per model: cells whose haystack holds a source more than once
+        self.capped: dict[str, int] = {}  # per model: cells shortened to keep a proxy's margin inside max_context
+        self.far: dict[str, int] = {}  # per model: needles more than FAR_FROM_DEPTH points from their depth
+        self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
 
     # -- haystack text -------------------------------------------------------------------------------------------
@@ -131,13 +142,17 @@ class CellMaker:
             if shuffled:  # only the current trial's shuffled texts are kept
                 for old in [k for k in self._texts if k[1] != "all"]:
                     del self._texts[old]
-            self._texts[key] = self._tokenize(tokenizer, trial_documents(self.source, self.seed, trial))
+            self._texts[key] = self._tokenize(tokenizer, trial_order(self.source, self.seed, trial))
+            tt = self._texts[key]
+            if tt.layout is not None and len(tt.data) >= tt.layout.pass_bytes:  # the text holds a whole pass
+                self.pass_tokens.setdefault(tokenizer.encoding_name, tt.pass_tokens)
         return self._texts[key]
 
-    def _tokenize(self, tokenizer: Tokenizer, docs: list[str]) -> TokenizedText:
+    def _tokenize(self, tokenizer: Tokenizer, order: list[int]) -> TokenizedText:
         """Join the documents (repeated as often as needed) and tokenise them once."""
         longest = max(self.lengths)
         sep = self.source.separator
+        docs = [self.source.documents[i] for i in order]
         one_pass = sum(len(d.encode()) for d in docs) + len(sep.encode()) * len(docs)
         offset_room = one_pass if self.source.vary == "offset" and self.trials > 1 else 0
         want_bytes = offset_room + longest * 6 + 4096
@@ -161,7 +176,10 @@ class CellMaker:
                 # bytes wanted (some tokenizers, llama.cpp's among them, take seconds per megabyte).
                 end = text.find("\n", want_bytes)
                 text = text if end < 0 else text[: end + 1]
-            tt = TokenizedText(text, tokenizer, starts if self.is_stack else None)
+            n = len(docs)
+            ends = [start + len(doc.encode()) for start, doc in zip(starts[:n], docs, strict=False)]
+            layout = Layout(starts[:n], ends, order[: len(ends)], one_pass)
+            tt = TokenizedText(text, tokenizer, starts if self.is_stack else None, layout)
             if self.is_stack:
                 unclean = [s for s in starts[1:] if not is_clean(tt.data, s)]
                 if unclean:
@@ -263,6 +281,43 @@ class CellMaker:
             return [depth] + [round(100 * draws.uniform(), 2) for _ in range(n - 1)]
         return [round(depth + i * (100 - depth) / n, 2) for i in range(n)]
 
+    def _fit_target(self, model: Model, length: int, reserve: int) -> int:
+        """The length a cell is fitted to: the grid's, or less for a model counted by a proxy whose real count may be
+        up to its tokenizer's margin higher, so that the real prompt still fits the model's max_context."""
+        margin = model.tokenizer.margin
+        if model.max_context is None or not margin:
+            return length
+        limit = int((model.max_context - reserve) / (1 + margin)) + reserve
+        if length <= limit:
+            return length
+        self.capped[model.label] = self.capped.get(model.label, 0) + 1
+        return limit
+
+    @staticmethod
+    def _reference_tokens(model: Model, parts: PromptParts, built: BuiltContext) -> int:
+        """The request in o200k_base tokens with OpenAI's chat framing: one reference for every model, so lengths
+        compare across tokenizers."""
+        if model.tokenizer.encoding_name == "o200k_base":
+            return built.own_tokens  # counted so already (a proxy's factor comes after)
+        texts = [t for t in (parts.system, built.user, parts.prefill) if t is not None]
+        return chat_framing(len(texts)) + sum(encoding("o200k_base").count(t) for t in texts)
+
+    def _uses(self, slot: _Slot, span: tuple[int, int], cid: str) -> int:
+        """The most times one source appears in the cell's haystack (1: none repeats), counted for the manifest."""
+        tt = slot.tt
+        assert tt.layout is not None
+        uses = self.use.add(tt.layout, tt.starts[span[0]], tt.starts[span[1]])
+        if uses > 1:
+            self.repeating[slot.model.label] = self.repeating.get(slot.model.label, 0) + 1
+            if self.refuse_repetition:
+                raise CompileError(
+                    f"cell {cid} ({slot.model.label}, length {slot.length}) needs {span[1] - span[0]:,} haystack "
+                    f"tokens, but its sources hold {tt.pass_tokens:,} (in {slot.model.tokenizer.name} tokens), so "
+                    f"they would repeat ({uses} times); haystack.repeat is `error`: use a larger haystack (e.g. "
+                    "corpus: [austen, kjv]), shorter context lengths, or `repeat: allow`"
+                )
+        return uses
+
     def _negative_cell(self, slot: _Slot, k: int) -> Cell:
         draws = Draws(self.seed, "negative", slot.length, slot.trial, k)
         if self.is_stack:
@@ -296,12 +351,16 @@ class CellMaker:
         )
         cid = cell_id(model, {"model": model.label, **identity})
         separator = self.source.separator if self.is_stack else None
+        target = self._fit_target(model, slot.length, reserve)
         try:
-            built = build_context(slot.tt, model.tokenizer, slot.start, parts, inserts, slot.length, separator)
+            built = build_context(slot.tt, model.tokenizer, slot.start, parts, inserts, target, separator)
         except CompileError as exc:
             raise CompileError(f"cell {cid} ({model.label}, length {slot.length}): {exc}") from None
         for needle, actual in zip(needles, built.depths, strict=True):
             needle["depth_actual"] = actual
+            if abs(actual - needle["depth_requested"]) > FAR_FROM_DEPTH:
+                self.far[model.label] = self.far.get(model.label, 0) + 1
+        uses = self._uses(slot, built.span, cid)
         max_tokens = model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve))
         record = {
             "cell_id": cid,
@@ -313,6 +372,11 @@ class CellMaker:
                 "actual": built.tokens + reserve,
                 "prompt": built.tokens,
                 "haystack": built.haystack_tokens,
+                "o200k": self._reference_tokens(model, parts, built),
+                "characters": sum(len(t) for t in (parts.system, built.user, parts.prefill) if t is not None),
+                "counted_by": model.tokenizer.name,
+                **({"margin": model.tokenizer.margin} if model.tokenizer.margin else {}),
+                **({"fitted_to": target} if target < slot.length else {}),
             },
             "tokens_exact": model.tokenizer.exact,
             "depth": {"requested": identity.get("depth"), "actual": needles[0]["depth_actual"] if needles else None},
@@ -325,6 +389,7 @@ class CellMaker:
             "alternates": alternates,
             "negative": "negative" in identity,
             "max_tokens": max_tokens,
+            "haystack_uses": uses,
         }
         request = request_line(
             model.provider, model.name, cid, parts.system, built.user, parts.prefill, model.params, reserve

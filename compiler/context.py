@@ -62,6 +62,8 @@ class BuiltContext:
     tokens: int  # the whole request, in the model's tokens
     haystack_tokens: int  # haystack and needles, without the templates
     depths: tuple[float, ...]  # actual depth of each insert, in percent
+    span: tuple[int, int]  # the haystack tokens used, [begin, end)
+    own_tokens: int  # the whole request in the tokenizer's own units (before a proxy's factor)
 
 
 def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
@@ -135,7 +137,7 @@ class _Fit:
         total = tokenizer.scale(self.fixed + user_tokens)
         user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
         hay = user_tokens - len(tokenizer.encode(parts.prefix)) - len(tokenizer.encode(parts.suffix))
-        return BuiltContext(user, total, hay, depths), total
+        return BuiltContext(user, total, hay, depths, (begin, end), self.fixed + user_tokens), total
 
     def moving_end(self, begin: int, end: int, mode: str) -> BuiltContext:
         best: BuiltContext | None = None

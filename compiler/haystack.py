@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import os
+import stat
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -59,10 +60,32 @@ class HaystackSource:
     digest: str  # SHA-256 over every source byte, for the compile hash
     items: dict[str, str] = field(default_factory=dict)  # stack: id → text of every item
     questions: list[StackQuestion] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # one per document: file name, path or item id
+    files: list[dict[str, Any]] = field(default_factory=list)  # every file read: name, bytes, sha256
 
 
 def default_separator(kind: str) -> str:
     return " " if kind == "noise" else "\n\n"
+
+
+class _Inputs:
+    """The haystack's bytes as they are read: one digest over all of them (for the compile hash), and each file's
+    size and own digest (for the manifest)."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.files: list[dict[str, Any]] = []
+
+    def add(self, name: str, data: bytes) -> bytes:
+        self.digest.update(f"{name}\0{len(data)}\0".encode())
+        self.digest.update(data)
+        self.files.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        return data
+
+
+def corpus_names(setting: str | list[str]) -> list[str]:
+    """The built-in corpora a `corpus:` setting names, in order."""
+    return [setting] if isinstance(setting, str) else list(setting)
 
 
 def load_haystack(spec: dict[str, Any], base_dir: str) -> HaystackSource:
@@ -70,43 +93,47 @@ def load_haystack(spec: dict[str, Any], base_dir: str) -> HaystackSource:
     kind = next(k for k in ("corpus", "files", "noise", "stack") if k in spec)
     separator = spec.get("separator", default_separator(kind))
     vary = spec.get("vary", "offset")
-    digest = hashlib.sha256()
+    inputs = _Inputs()
+    docs: list[str] = []
+    names: list[str] = []
     if kind == "corpus":
-        folder = resources.files("nspec.compiler.corpora").joinpath(spec["corpus"])
-        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz"))
-        docs = []
-        for name in names:
-            data = gzip.decompress(folder.joinpath(name).read_bytes())
-            _hash_part(digest, name, data)
-            docs.append(data.decode("utf-8"))
-        return HaystackSource(kind, docs, separator, vary, digest.hexdigest())
-    if kind == "files":
-        patterns = [spec["files"]] if isinstance(spec["files"], str) else spec["files"]
-        paths = sorted({p for pat in patterns for p in glob.glob(os.path.join(base_dir, pat), recursive=True)})
-        docs = []
-        for path in paths:
-            if not os.path.isfile(path):
-                continue
-            data = _read(path)
-            _hash_part(digest, os.path.relpath(path, base_dir), data)
+        for corpus in corpus_names(spec["corpus"]):
+            folder = resources.files("nspec.compiler.corpora").joinpath(corpus)
+            for name in sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz")):
+                data = inputs.add(f"{corpus}/{name}", gzip.decompress(folder.joinpath(name).read_bytes()))
+                docs.append(data.decode("utf-8"))
+                names.append(f"{corpus}/{name}")
+    elif kind == "files":
+        for path in haystack_paths(spec, base_dir):
+            name = os.path.relpath(path, base_dir)
+            data = inputs.add(name, _read(path))
             try:
                 docs.append(data.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 raise SpecError([SpecIssue(Location(path, 1, 1), "haystack.files", f"not UTF-8: {exc}")]) from None
-        return HaystackSource(kind, docs, separator, vary, digest.hexdigest())
-    if kind == "noise":
+            names.append(name)
+    elif kind == "noise":
         sentences = RULER_NOISE if spec["noise"] is True else tuple(spec["noise"]["sentences"])
-        text = " ".join(sentences)
-        _hash_part(digest, "noise", text.encode())
-        return HaystackSource(kind, [text], separator, vary, digest.hexdigest())
-    return _load_stack(spec["stack"], separator, vary, base_dir, digest)
+        docs.append(inputs.add("noise", " ".join(sentences).encode()).decode())
+        names.append("noise")
+    else:
+        return _load_stack(spec["stack"], separator, vary, base_dir, inputs)
+    return HaystackSource(kind, docs, separator, vary, inputs.digest.hexdigest(), names=names, files=inputs.files)
 
 
-def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str, digest: Any) -> HaystackSource:
+def haystack_paths(spec: dict[str, Any], base_dir: str) -> list[str]:
+    """The files a `files:` haystack reads, in order: every glob's matches, sorted, directories skipped (a recursive
+    glob lists them too)."""
+    patterns = [spec["files"]] if isinstance(spec["files"], str) else spec["files"]
+    matches = {p for pat in patterns for p in glob.glob(os.path.join(base_dir, pat), recursive=True)}
+    return sorted(p for p in matches if not os.path.isdir(p))
+
+
+def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str, inputs: _Inputs) -> HaystackSource:
     id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
     items: dict[str, str] = {}
     items_path = os.path.join(base_dir, stack["items"])
-    for line_no, obj in _jsonl(items_path, digest):
+    for line_no, obj in _jsonl(items_path, stack["items"], inputs):
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
             raise _line_error(items_path, line_no, f"needs `{id_field}` and a non-empty `{text_field}`")
@@ -115,7 +142,7 @@ def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str,
         items[str(item_id)] = text.strip()
     questions: list[StackQuestion] = []
     questions_path = os.path.join(base_dir, stack["questions"])
-    for line_no, obj in _jsonl(questions_path, digest):
+    for line_no, obj in _jsonl(questions_path, stack["questions"], inputs):
         item, question, answer = obj.get("item"), obj.get("question"), obj.get("answer")
         if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
             raise _line_error(questions_path, line_no, "needs `item`, `question` and `answer`")
@@ -128,25 +155,61 @@ def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str,
     if not questions:
         raise _line_error(questions_path, 1, "has no questions")
     asked = {q.item for q in questions}
-    filler = [text for item_id, text in items.items() if item_id not in asked]
+    filler = [item_id for item_id in items if item_id not in asked]
     if not filler:
         raise _line_error(items_path, 1, "has no items left to fill the stack once the question items are excluded")
-    return HaystackSource("stack", filler, separator, vary, digest.hexdigest(), items, questions)
+    return HaystackSource(
+        "stack",
+        [items[i] for i in filler],
+        separator,
+        vary,
+        inputs.digest.hexdigest(),
+        items,
+        questions,
+        names=filler,
+        files=inputs.files,
+    )
+
+
+def source_problem(path: str) -> str | None:
+    """Why a haystack source file cannot fill a context (None if it can): only a regular file is ever opened — a
+    directory, FIFO, socket or device is refused unread — and it must hold text: not empty, not only white space,
+    no NUL byte (a binary file) in its first 64 KB."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory, not a text file"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file (a FIFO, socket or device): refused unread"
+    if info.st_size == 0:
+        return "is empty"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+            if b"\0" in head:
+                return "is binary (it holds NUL bytes), not text"
+            chunk = head
+            while chunk and not chunk.strip():
+                chunk = fh.read(1 << 20)
+            if not chunk.strip():
+                return "holds only white space"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    return None
 
 
 def _read(path: str) -> bytes:
+    problem = source_problem(path)
+    if problem is not None:
+        raise SpecError([SpecIssue(Location(path, 1, 1), "haystack", f"{path} {problem}")])
     with open(path, "rb") as fh:
         return fh.read()
 
 
-def _hash_part(digest: Any, name: str, data: bytes) -> None:
-    digest.update(f"{name}\0{len(data)}\0".encode())
-    digest.update(data)
-
-
-def _jsonl(path: str, digest: Any) -> list[tuple[int, dict[str, Any]]]:
-    data = _read(path)
-    _hash_part(digest, os.path.basename(path), data)
+def _jsonl(path: str, name: str, inputs: _Inputs) -> list[tuple[int, dict[str, Any]]]:
+    data = inputs.add(name, _read(path))
     out = []
     for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
@@ -165,22 +228,86 @@ def _line_error(path: str, line: int, message: str) -> SpecError:
     return SpecError([SpecIssue(Location(path, line, 1), "", message)])
 
 
-def trial_documents(source: HaystackSource, seed: int, trial: int) -> list[str]:
-    """The documents of a trial in order: shuffled with the seed for later trials under `vary: shuffle`."""
+def trial_order(source: HaystackSource, seed: int, trial: int) -> list[int]:
+    """The documents of a trial, as indices in order: shuffled with the seed for later trials under `vary:
+    shuffle`."""
+    order = list(range(len(source.documents)))
     if source.vary == "shuffle" and trial > 0:
-        return Draws(seed, "haystack-shuffle", trial).shuffled(source.documents)
-    return source.documents
+        return Draws(seed, "haystack-shuffle", trial).shuffled(order)
+    return order
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each document lies in the first pass of a haystack text (the text repeats the passes)."""
+
+    starts: list[int]  # byte offset of each document, in text order
+    ends: list[int]
+    sources: list[int]  # which source document each is
+    pass_bytes: int
+
+
+class SourceUse:
+    """How often each source document appears in a cell's haystack: once when the cell's span fits in one pass of
+    the documents, more when the span is longer than the sources and the text repeats them."""
+
+    def __init__(self, sources: int) -> None:
+        self.max_uses = [0] * sources  # per source: the most times one cell holds it
+        self.cells_repeating = 0
+        self._untouched: dict[int, list[int]] = {}  # per layout: next document not yet seen in any cell
+
+    def add(self, layout: Layout, first: int, last: int) -> int:
+        """Count the cell whose haystack is bytes [first, last) of ``layout``'s text; returns the most times one
+        source appears in it (1: no repetition)."""
+        length, period = last - first, layout.pass_bytes
+        if length > period:
+            self.cells_repeating += 1
+            worst = 0
+            for start, end, source in zip(layout.starts, layout.ends, layout.sources, strict=True):
+                # the copies k of [start, end) shifted by k passes that overlap [first, last)
+                uses = max(0, (last - 1 - start) // period - ((first - end) // period + 1) + 1)
+                self.max_uses[source] = max(self.max_uses[source], uses)
+                worst = max(worst, uses)
+            return worst
+        begin = first % period
+        for a, b in ((begin, min(period, begin + length)), (0, max(0, begin + length - period))):
+            if b > a:
+                self._touch(layout, a, b)
+        return 1
+
+    def _touch(self, layout: Layout, a: int, b: int) -> None:
+        """Mark the documents overlapping bytes [a, b) of the first pass as used at least once; each document is
+        visited once over the whole compile (a skip list of those not yet seen)."""
+        nxt = self._untouched.setdefault(id(layout), list(range(len(layout.starts) + 1)))
+
+        def find(i: int) -> int:
+            root = i
+            while nxt[root] != root:
+                root = nxt[root]
+            while nxt[i] != root:
+                nxt[i], i = root, nxt[i]
+            return root
+
+        i = find(max(0, bisect_right(layout.starts, a) - 1))
+        while i < len(layout.starts) and layout.starts[i] < b:
+            if layout.ends[i] > a:
+                self.max_uses[layout.sources[i]] = max(self.max_uses[layout.sources[i]], 1)
+                nxt[i] = i + 1
+            i = find(i + 1)
 
 
 class TokenizedText:
     """A haystack text tokenised once: byte offsets of every token, and searches for cut points."""
 
-    def __init__(self, text: str, tokenizer: Tokenizer, item_starts: list[int] | None = None) -> None:
+    def __init__(
+        self, text: str, tokenizer: Tokenizer, item_starts: list[int] | None = None, layout: Layout | None = None
+    ) -> None:
         self.data = text.encode("utf-8")
         tokens = tokenizer.encode(text)
         # C-level iteration: no Python bytecode per token.
         self.starts = array("q", itertools.accumulate(map(tokenizer.byte_lengths.__getitem__, tokens), initial=0))
         self.item_starts = item_starts  # stacks: byte offsets where items begin
+        self.layout = layout  # where the source documents lie, when the text is made of them
         self.pass_tokens = self.n_tokens  # tokens of one pass over the documents (the text may repeat them)
 
     @property

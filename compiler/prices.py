@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -27,16 +29,31 @@ def price_table() -> dict[str, Any]:
     return table
 
 
+# A dated snapshot of a listed model: claude-haiku-4-5-20251001, gpt-4.1-mini-2025-04-14.
+_SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+
+
+def table_entry(model_id: str) -> dict[str, Any] | None:
+    """The table's entry for ``model_id``: its own, a dated snapshot's model's, or its provider's listed family
+    (`local/*`). Never a look-alike: `gpt-4.1-mni` is not `gpt-4.1`."""
+    models: dict[str, dict[str, Any]] = price_table()["models"]
+    if model_id in models:
+        return models[model_id]
+    undated = _SNAPSHOT.sub("", model_id)
+    if undated != model_id and undated in models:
+        return models[undated]
+    return models.get(model_id.split("/", 1)[0] + "/*")
+
+
+def close_names(model_id: str) -> list[str]:
+    """Models of the table whose names are close to ``model_id`` (a misspelling, say)."""
+    return difflib.get_close_matches(model_id, [k for k in price_table()["models"] if "*" not in k], n=2, cutoff=0.85)
+
+
 def price_for(model_id: str, override: dict[str, Any] | None) -> Price | None:
-    """The price of ``model_id``: the table's entry (exact id, then a dated variant such as `...-20251001`, then
-    `provider/*`) with the spec's override on top; None when the input or output price stays unknown."""
-    models = price_table()["models"]
-    base: dict[str, Any] = models.get(model_id) or {}
-    if not base:
-        prefixes = [k for k in models if model_id.startswith(k + "-")]
-        wildcard = model_id.split("/", 1)[0] + "/*"
-        base = models[max(prefixes, key=len)] if prefixes else models.get(wildcard, {})
-    merged = {**base, **(override or {})}
+    """The price of ``model_id`` from the table (see `table_entry`) with the spec's override on top; None when the
+    input or output price stays unknown."""
+    merged = {**(table_entry(model_id) or {}), **(override or {})}
     if "input" not in merged or "output" not in merged:
         return None
     return Price(merged["input"], merged["output"], merged.get("cached_input"), merged.get("batch_discount", 1.0))

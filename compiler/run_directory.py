@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 from nspec import __version__
 from nspec.errors import CompileError
 
-from .cells import Cell, CellMaker, Model
+from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model
 from .haystack import HaystackSource, load_haystack
 from .prices import price_for, price_table
 from .requests import FORMATS, LIMITS, encode_line
@@ -85,7 +85,11 @@ class ModelTotals:
             "id": model.model_id,
             "mode": mode,
             "format": FORMATS[model.provider],
-            "tokenizer": {"name": model.tokenizer.name, "exact": model.tokenizer.exact},
+            "tokenizer": {
+                "name": model.tokenizer.name,
+                "exact": model.tokenizer.exact,
+                "margin": model.tokenizer.margin,
+            },
             "cells": self.cells,
             "negative_controls": self.negative_controls,
             "dropped_cells": dropped,
@@ -104,6 +108,7 @@ class Plan:
     compile_hash: str
     haystack: dict[str, Any]
     models: list[dict[str, Any]]
+    fallbacks: list[dict[str, Any]]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +117,7 @@ class Plan:
             "compile_hash": self.compile_hash,
             "haystack": self.haystack,
             "models": self.models,
+            "fallbacks": self.fallbacks,
             "prices": {"as_of": price_table()["as_of"], "currency": price_table()["currency"]},
         }
 
@@ -122,14 +128,87 @@ def _prepare(spec: dict[str, Any], base_dir: str) -> tuple[HaystackSource, CellM
     return source, maker, compile_hash(spec, source, [m.tokenizer.name for m in maker.models])
 
 
-def _haystack_info(source: HaystackSource) -> dict[str, Any]:
-    return {
+def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:
+    """The haystack as compiled: its files (each with the most times one cell holds it), one pass of its sources in
+    each encoding's tokens, and how many cells needed more than one pass."""
+    use = maker.use
+    info: dict[str, Any] = {
         "kind": source.kind,
         "sha256": source.digest,
         "documents": len(source.documents),
         "separator": source.separator,
         "vary": source.vary,
+        "repeat": maker.spec["haystack"].get("repeat", "allow"),
+        "pass_tokens": maker.pass_tokens,
+        "cells_repeating": use.cells_repeating,
+        "max_uses_per_cell": max(use.max_uses, default=0),
     }
+    if source.kind == "stack":
+        info["files"] = source.files  # the items and questions files; the filler items are the documents
+    else:
+        info["files"] = [{**f, "max_uses_per_cell": n} for f, n in zip(source.files, use.max_uses, strict=True)]
+    return info
+
+
+def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Everything the compile did in place of what the spec asked for, said once, per model where it applies: a
+    haystack repeated within a cell, token counts estimated by a proxy (and cells fitted inside its margin), needles
+    far from their depth, a model with no known price."""
+    out: list[dict[str, Any]] = []
+    by_label = {m.label: m for m in maker.models}
+    for entry in models:
+        label, model = entry["label"], by_label[entry["label"]]
+        repeating = maker.repeating.get(label, 0)
+        if repeating and source.kind != "noise":
+            tokens = maker.pass_tokens.get(model.tokenizer.encoding_name, 0)
+            out.append(
+                {
+                    "kind": "repeated_haystack",
+                    "model": label,
+                    "cells": repeating,
+                    "message": f"{label}: {repeating} of {entry['cells']} cells hold a haystack source more than once "
+                    f"(up to {max(maker.use.max_uses)} times): the sources hold {tokens:,} "
+                    f"{model.tokenizer.name} tokens. Set haystack.repeat: error to refuse, or use a larger haystack "
+                    "(corpus: [austen, kjv] holds 1.95M tokens)",
+                }
+            )
+        tokenizer = model.tokenizer
+        if not tokenizer.exact:
+            capped = maker.capped.get(label, 0)
+            message = (
+                f"{label}: token counts are estimated ({tokenizer.name}); the real count may be up to "
+                f"{tokenizer.margin:.0%} higher"
+            )
+            if model.max_context is None:
+                message += "; max_context is not set, so nothing keeps a cell near the model's window inside it"
+            elif capped:
+                message += (
+                    f"; {capped} cells were fitted {tokenizer.margin:.0%} inside max_context ({model.max_context:,}) "
+                    "so the real prompt still fits"
+                )
+            out.append({"kind": "estimated_tokens", "model": label, "cells": capped, "message": message})
+        far = maker.far.get(label, 0)
+        if far:
+            out.append(
+                {
+                    "kind": "placement",
+                    "model": label,
+                    "needles": far,
+                    "message": f"{label}: {far} needles sit more than {FAR_FROM_DEPTH:g} points from their requested "
+                    "depth (the nearest sentence boundary is that far in a short context of long sentences); each "
+                    "cell's depth.actual says where",
+                }
+            )
+        if not entry["cost_usd"]["known"]:
+            out.append(
+                {
+                    "kind": "unknown_price",
+                    "model": label,
+                    "message": f"{label}: no known price for {entry['id']}; its cost is unknown (set `price:` to "
+                    "estimate it)",
+                }
+            )
+    return out
 
 
 def plan(spec: dict[str, Any], base_dir: str) -> Plan:
@@ -139,7 +218,8 @@ def plan(spec: dict[str, Any], base_dir: str) -> Plan:
     for cell in maker.cells():
         totals[cell.model.label].add(cell)
     models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
-    return Plan(spec["name"], digest[:12], digest, _haystack_info(source), models)
+    notes = fallbacks(source, maker, models)
+    return Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes)
 
 
 class ShardWriter:
@@ -246,11 +326,12 @@ def _write(
         writer.close()
         totals[label].shards = writer.shards
     models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
+    notes = fallbacks(source, maker, models)
     manifest = {
         "nspec_format": FORMAT_VERSION,
         "nspec_version": __version__,
-        **Plan(spec["name"], digest[:12], digest, _haystack_info(source), models).as_dict(),
-        "spec": provenance,
+        **Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes).as_dict(),
+        "provenance": provenance,
         "totals": {
             "cells": sum(m["cells"] for m in models),
             "requests": sum(m["requests"] for m in models),

@@ -5,8 +5,10 @@
   tiktoken itself expects, so nothing is downloaded and the counts are the real ones.
 - Local models: their own tokenizer, through a hook the local engine registers (`register_model_tokenizer`);
   without it, the proxy below (and the counts are marked inexact).
-- Anthropic and any other model: a proxy, o200k_base counts times a correction factor; marked inexact. Exact Claude
-  counts need Anthropic's count_tokens endpoint.
+- Anthropic and any other model: a proxy, o200k_base counts times a correction factor; marked inexact, with a
+  margin: how much higher the real count may be (the compiler keeps prompts that far inside `max_context`). Exact
+  Claude counts need Anthropic's count_tokens endpoint; a tokenizer that knows them (exact, or a calibrated proxy
+  with a small margin) drops in through `register_model_tokenizer` or `tokenizer_for`.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
     },
 }
 # OpenAI model families on cl100k_base; every other OpenAI model uses o200k_base.
+# How much higher than a proxy's count a model's real count may be, unless the spec says: newer Claude tokenizers make
+# up to 1.35-1.47x the tokens of earlier ones on the same text (ANCHORS-2026 §6), so no fixed factor is safe.
+DEFAULT_PROXY_MARGIN = 0.2
 _CL100K_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
 
@@ -81,6 +86,11 @@ class Tokenizer(Protocol):
     @property
     def encoding_name(self) -> str:
         """Tokenizers with the same encoding make the same token ids (and share tokenised haystacks)."""
+        ...
+
+    @property
+    def margin(self) -> float:
+        """How much higher than this tokenizer's count the model's real count may be (0 for exact counts)."""
         ...
 
     @property
@@ -111,6 +121,7 @@ class TiktokenTokenizer:
     encoding: Any  # tiktoken.Encoding
     byte_lengths: Sequence[int]
     exact: bool = True
+    margin: float = 0.0
 
     @property
     def encoding_name(self) -> str:
@@ -135,6 +146,7 @@ class ProxyTokenizer:
 
     base: TiktokenTokenizer
     factor: float = 1.0
+    margin: float = DEFAULT_PROXY_MARGIN
     exact: bool = False
 
     @property
@@ -203,16 +215,17 @@ def tokenizer_for(model_id: str, setting: str | dict[str, Any] | None) -> Tokeni
     """The tokenizer of a model (``provider/name``), given the spec's `tokenizer` setting, if any."""
     provider, name = model_id.split("/", 1)
     choice = setting.get("name") if isinstance(setting, dict) else setting
-    factor = float(setting.get("factor", 1.0)) if isinstance(setting, dict) else 1.0
+    options = setting if isinstance(setting, dict) else {}
+    proxy = ProxyTokenizer(
+        encoding("o200k_base"), float(options.get("factor", 1.0)), float(options.get("margin", DEFAULT_PROXY_MARGIN))
+    )
     if choice in ("o200k_base", "cl100k_base"):
         return encoding(choice)
     if choice == "proxy":
-        return ProxyTokenizer(encoding("o200k_base"), factor)
+        return proxy
     if choice == "model" or (choice is None and provider in _model_tokenizers):
         own = _model_tokenizers[provider](name) if provider in _model_tokenizers else None
-        if own is not None:
-            return own
-        return ProxyTokenizer(encoding("o200k_base"), factor)
+        return own if own is not None else proxy
     if provider == "openai":
         return encoding(openai_encoding_name(name))
-    return ProxyTokenizer(encoding("o200k_base"), factor)
+    return proxy

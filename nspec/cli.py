@@ -18,7 +18,7 @@ from rich.text import Text
 
 from nspec import __version__
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError
-from nspec.provenance import git_state
+from nspec.provenance import describe, summary
 from nspec.spec import load_spec, schema_path
 
 app = typer.Typer(
@@ -75,32 +75,38 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Check specs against the schema and the spec rules; report every error as FILE:LINE:COL: key.path: message."""
-    results: list[tuple[str, list[SpecIssue]]] = []
+    results: list[tuple[str, list[SpecIssue], list[SpecIssue]]] = []
     for spec in specs:
         try:
-            load_spec(spec)
-            results.append((spec, []))
+            results.append((spec, [], load_spec(spec).warnings))
         except SpecError as exc:
-            results.append((spec, exc.issues))
-    valid = all(not issues for _, issues in results)
+            results.append((spec, exc.issues, []))
+    valid = all(not issues for _, issues, _ in results)
     if as_json:
         payload = {
             "valid": valid,
             "files": [
-                {"file": f, "valid": not issues, "errors": [i.as_dict() for i in issues]} for f, issues in results
+                {
+                    "file": f,
+                    "valid": not issues,
+                    "errors": [i.as_dict() for i in issues],
+                    "warnings": [w.as_dict() for w in warned],
+                }
+                for f, issues, warned in results
             ],
         }
         _stdout().print(json.dumps(payload, indent=2), markup=False)
     else:
         out, err = _stdout(), _stderr()
-        for spec, issues in results:
+        for spec, issues, warned in results:
             if issues:
                 _print_issues(err, issues)
             else:
                 out.print(Text.assemble((spec, "bold"), ": ", ("valid", "green")))
-        bad = sum(1 for _, issues in results if issues)
+            _print_issues(err, warned, "warning: ")
+        bad = sum(1 for _, issues, _ in results if issues)
         if bad:
-            count = sum(len(issues) for _, issues in results)
+            count = sum(len(issues) for _, issues, _ in results)
             err.print(
                 Text(
                     f"{count} error{'s' * (count != 1)} in {bad} of {len(results)} file{'s' * (len(results) != 1)}",
@@ -120,7 +126,8 @@ def plan(
     from nspec.compiler.run_directory import plan as make_plan
 
     loaded = load_spec(spec)
-    result = make_plan(loaded.data, loaded.base_dir).as_dict()
+    _print_issues(_stderr(), loaded.warnings, "warning: ")
+    result = {**make_plan(loaded.data, loaded.base_dir).as_dict(), "provenance": describe(loaded)}
     if as_json:
         _print_json(result)
         return
@@ -156,6 +163,14 @@ def plan(
     dropped = sum(m["dropped_cells"] for m in result["models"])
     if dropped:
         console.print(f"{dropped} cells dropped: longer than their model's max_context (run.on_too_long: drop)")
+    haystack = result["haystack"]
+    passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
+    console.print(
+        f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
+    )
+    for note in result["fallbacks"]:
+        console.print(Text.assemble(("note: ", "yellow"), note["message"]))
+    console.print(summary(result["provenance"]), markup=False)
     console.print(
         f"Prices as of {result['prices']['as_of']}, {result['prices']['currency']}; output cost assumes "
         "every answer uses its max_tokens.",
@@ -172,8 +187,7 @@ def compile_command(
     from nspec.compiler.run_directory import compile_run
 
     loaded = load_spec(spec)
-    provenance = {"file": spec, "files": loaded.files, "git": git_state(spec)}
-    result = compile_run(loaded.data, loaded.base_dir, out, provenance)
+    result = compile_run(loaded.data, loaded.base_dir, out, describe(loaded))
     if not result.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
     _stdout().print(str(result.path), markup=False)
@@ -372,9 +386,7 @@ def run_command(
     from nspec.runners.session import Session, grade
 
     loaded = load_spec(spec)
-    path = compile_run(
-        loaded.data, loaded.base_dir, out, {"file": spec, "files": loaded.files, "git": git_state(spec)}
-    ).path
+    path = compile_run(loaded.data, loaded.base_dir, out, describe(loaded)).path
     console = _stdout()
     console.print(f"run directory: {path}", markup=False)
     session = Session.open(str(path))
@@ -615,9 +627,9 @@ def schema() -> None:
     _stdout().print(str(schema_path()), markup=False)
 
 
-def _print_issues(console: Console, issues: list[SpecIssue]) -> None:
+def _print_issues(console: Console, issues: list[SpecIssue], label: str = "") -> None:
     for issue in issues:
-        text = Text.assemble((str(issue.location), "bold"), ": ")
+        text = Text.assemble((label, "yellow"), (str(issue.location), "bold"), ": ")
         if issue.path:
             text.append(issue.path, style="cyan")
             text.append(": ")

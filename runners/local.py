@@ -241,6 +241,7 @@ class LocalTokenizer:
     model: str
     byte_lengths: dict[int, int]  # of the ids seen so far: every id the compiler looks up came from `encode`
     exact: bool = True
+    margin: float = 0.0
 
     @property
     def name(self) -> str:

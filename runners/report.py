@@ -502,6 +502,18 @@ def _script_safe(page: str, spec: dict[str, Any]) -> str:
     return page[:start] + safe + page[end:]
 
 
+def _fallbacks_html(runs: list[Run]) -> str:
+    """What each compile did in place of what its spec asked (from the manifest): a repeated haystack, estimated
+    token counts, needles far from their depth, unknown prices."""
+    labels = run_labels(runs) if len(runs) > 1 else [""]
+    items = [
+        f"<li>{html.escape(f'{label}: ' if label else '')}{html.escape(note['message'])}</li>"
+        for run, label in zip(runs, labels, strict=True)
+        for note in run.manifest.get("fallbacks", [])
+    ]
+    return "<section><h2>Notes</h2><ul>" + "".join(items) + "</ul></section>" if items else ""
+
+
 def _chart_files(folder: Path) -> list[str]:
     """The chart images in a report folder, by the names `charts` gives them."""
     fixed = {f"{name}.png" for name in CHARTS if name != "heatmap"}
@@ -526,7 +538,7 @@ def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     write_summary(data, folder / "summary.csv")
     title = options.get("title", " vs ".join(r.spec["name"] for r in runs))
     threshold = float(options.get("effective_length_threshold", 0.856))
-    head = f"<h1>{html.escape(title)}</h1>\n{_summary_html(data, threshold)}"
+    head = f"<h1>{html.escape(title)}</h1>\n{_summary_html(data, threshold)}{_fallbacks_html(runs)}"
     if drawn:
         spec = alt.vconcat(*(chart for _, chart in drawn)).configure_view(strokeWidth=0).to_dict()
         page = _script_safe(vlc.vegalite_to_html(spec, bundle=True), spec)

@@ -253,3 +253,58 @@ def test_50_mb_spec_is_refused_quickly(cli, tmp_path, monkeypatch):
     start = time.monotonic()
     expect_error(cli, "big.yaml", "big.yaml:1:1: file is 50,000,014 bytes; a spec may be at most 1,048,576 bytes")
     assert time.monotonic() - start < 5  # generous: refusing must not mean parsing
+
+
+# -- haystack sources that cannot fill a context: exit 2 at validate, naming the path ------------------------------
+
+FILES_SPEC = BASE.replace("haystack: {corpus: austen}", "haystack: {files: 'hay/*'}")
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_bytes(b""), "hay/a.txt is empty"),
+        (lambda p: p.write_text(" \n\t\n  "), "hay/a.txt holds only white space"),
+        (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), "hay/a.txt is binary (it holds NUL bytes)"),
+        (lambda p: os.mkfifo(p), "hay/a.txt is not a regular file (a FIFO, socket or device): refused unread"),
+    ],
+    ids=["empty", "whitespace", "binary", "fifo"],
+)
+def test_a_haystack_file_that_cannot_fill_a_context(cli, spec_file, tmp_path, make, message):
+    (tmp_path / "hay").mkdir()
+    make(tmp_path / "hay" / "a.txt")
+    spec = spec_file(FILES_SPEC)
+    for command in ("validate", "plan", "compile"):
+        result = cli(command, spec)
+        assert result.code == 2, (command, result.err)
+        assert f"spec.yaml:3:19: haystack.files: {message}" in result.err, result.err
+        assert "Traceback" not in result.err
+
+
+def test_a_glob_of_directories_only(cli, spec_file, tmp_path):
+    (tmp_path / "hay" / "sub").mkdir(parents=True)
+    result = cli("validate", spec_file(FILES_SPEC))
+    assert result.code == 2
+    assert "haystack.files: 'hay/*' matches only directories; give a pattern of files" in result.err
+
+
+def test_a_device_as_a_stack_file_is_refused_unread(cli, spec_file, tmp_path):
+    needles = BASE[BASE.index("needles:") : BASE.index("grid:")]
+    spec = BASE.replace("haystack: {corpus: austen}", "haystack: {stack: {items: /dev/zero, questions: q.jsonl}}")
+    spec = spec.replace(needles, "")
+    (tmp_path / "q.jsonl").write_text('{"item": "a", "question": "Q?", "answer": "1"}\n')
+    result = cli("validate", spec_file(spec))
+    assert result.code == 2
+    refused = "haystack.stack.items: /dev/zero is not a regular file (a FIFO, socket or device): refused unread"
+    assert refused in result.err
+
+
+def test_an_empty_file_found_at_compile_time_names_its_path(cli, spec_file, tmp_path):
+    """A file emptied between validate and compile is still refused, by compile, with its path."""
+    from nspec.compiler.haystack import load_haystack
+    from nspec.errors import SpecError
+
+    (tmp_path / "hay").mkdir()
+    (tmp_path / "hay" / "a.txt").write_text("")
+    with pytest.raises(SpecError, match=r"a\.txt is empty"):
+        load_haystack({"files": "hay/*.txt"}, str(tmp_path))

@@ -73,6 +73,7 @@ def test_validate_json(cli, spec_file):
                     "message": "must be at most 100 (got 150)",
                 }
             ],
+            "warnings": [],
         }
     ]
 
@@ -82,7 +83,7 @@ def test_validate_json_valid(cli, spec_file):
     assert result.code == 0
     assert json.loads(result.out) == {
         "valid": True,
-        "files": [{"file": "spec.yaml", "valid": True, "errors": []}],
+        "files": [{"file": "spec.yaml", "valid": True, "errors": [], "warnings": []}],
     }
 
 

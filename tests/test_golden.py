@@ -20,7 +20,7 @@ SPECS = sorted((GOLDEN / "specs").glob("*.yaml"))
 def run_files(run: Path) -> dict[str, bytes]:
     files = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     manifest = json.loads(files["manifest.json"])
-    del manifest["spec"]  # where the spec was compiled from, not what it compiled to
+    del manifest["provenance"]  # where the spec was compiled from, not what it compiled to
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     return files
 

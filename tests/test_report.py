@@ -150,3 +150,14 @@ def test_summary_counts_judge_errors_partial_credit_and_why_controls_failed(spec
         ("invented a value", 1),
         ("judged wrong", 1),
     ]
+
+
+def test_the_compile_s_fallbacks_are_in_the_report(spec_file, tmp_path):
+    import json
+
+    run, _ = scored_run(spec_file, tmp_path)  # claude-haiku-4-5 is counted by a proxy
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert any(n["kind"] == "estimated_tokens" for n in manifest["fallbacks"])
+    page = build_report([Run(run)]).read_text()
+    assert "<h2>Notes</h2>" in page
+    assert "anthropic/claude-haiku-4-5: token counts are estimated (proxy:o200k_base*1)" in page

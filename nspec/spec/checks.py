@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from nspec.compiler import grid as grid_axes
+from nspec.compiler.haystack import source_problem
+from nspec.compiler.prices import close_names, table_entry
 from nspec.errors import SpecIssue
 from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
@@ -156,20 +158,33 @@ class _Checker:
                         ids[nid] = i
 
     def haystack_files(self, haystack: dict[str, Any]) -> None:
+        """Every file a haystack names exists and can fill a context: text, not empty, a regular file."""
         files = haystack.get("files")
         patterns = [files] if isinstance(files, str) else files if isinstance(files, list) else []
         for i, pattern in enumerate(patterns):
             if not isinstance(pattern, str):
                 continue
             path: Path = ("haystack", "files") if isinstance(files, str) else ("haystack", "files", i)
-            if not glob.glob(os.path.join(self.base_dir, pattern), recursive=True):
+            matches = sorted(glob.glob(os.path.join(self.base_dir, pattern), recursive=True))
+            if not matches:
                 self.error(path, f"no file matches {pattern!r} (relative to the spec's folder)")
+            elif all(os.path.isdir(m) for m in matches):
+                self.error(path, f"{pattern!r} matches only directories; give a pattern of files, e.g. {pattern}/*.txt")
+            for match in matches:
+                problem = None if os.path.isdir(match) else source_problem(match)
+                if problem is not None:
+                    self.error(path, f"{os.path.relpath(match, self.base_dir)} {problem}")
         stack = haystack.get("stack")
         if isinstance(stack, dict):
             for key in ("items", "questions"):
                 name = stack.get(key)
-                if isinstance(name, str) and not os.path.isfile(os.path.join(self.base_dir, name)):
+                if not isinstance(name, str):
+                    continue
+                full = os.path.join(self.base_dir, name)
+                if not os.path.lexists(full):
                     self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
+                elif (problem := source_problem(full)) is not None:
+                    self.error(("haystack", "stack", key), f"{name} {problem}")
 
     def needle(self, path: Path, needle: dict[str, Any]) -> None:
         variables = needle.get("vars")
@@ -381,6 +396,34 @@ class _Checker:
                 labels.add(label)
             if isinstance(entry, dict):
                 self.model_settings((*path, "models", j), entry, [])
+
+
+def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:
+    """What is valid but probably not meant: a model no price is known for (its cost will be unknown), with the
+    listed models whose names are close to it."""
+    out = []
+    entries: list[tuple[Path, Any]] = [(("models", i), m) for i, m in enumerate(data.get("models") or [])]
+    for i, scorer in enumerate(data.get("scoring") or []):
+        judge = scorer.get("judge") if isinstance(scorer, dict) else None
+        if isinstance(judge, dict):
+            entries += [(("scoring", i, "judge", "models", j), m) for j, m in enumerate(judge.get("models") or [])]
+    for path, model in entries:
+        if not isinstance(model, dict) or not isinstance(model.get("id"), str) or "price" in model:
+            continue
+        model_id = model["id"]
+        if model_id.split("/", 1)[0] == "openai-compatible" or table_entry(model_id) is not None:
+            continue
+        close = close_names(model_id)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "; set `price:` to estimate it"
+        where = (*path, "id")
+        out.append(
+            SpecIssue(
+                source.value(where),
+                format_path(where),
+                f"no price is known for {model_id!r}, so its cost will show as unknown{hint}",
+            )
+        )
+    return out
 
 
 def check(data: dict[str, Any], source: SourceMap, base_dir: str) -> list[SpecIssue]:

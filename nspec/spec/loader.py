@@ -32,6 +32,7 @@ class LoadedSpec:
     data: dict[str, Any]  # the resolved spec
     source: SourceMap  # where each value came from (files and includes)
     files: list[str] = field(default_factory=list)  # every file read, root first
+    warnings: list[SpecIssue] = field(default_factory=list)  # valid, but probably not what was meant
 
     @property
     def base_dir(self) -> str:
@@ -50,7 +51,7 @@ def load_spec(file: str) -> LoadedSpec:
     if issues:
         raise SpecError(issues)
     resolved = fill_defaults(data)
-    return LoadedSpec(file, resolved, source, files)
+    return LoadedSpec(file, resolved, source, files, checks.warnings(data, source))
 
 
 def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str]) -> Document:
