@@ -58,6 +58,8 @@ _NOT_THERE = re.compile(
           (?:\w+\s+){0,2}?(?:find|locate|determine|answer|identify|tell|say|provide|see|confirm|know|be\s+sure
           |be\s+determined|be\s+answered|be\s+found|give|spot|infer)
     | \bnever\s+(?:\w+\s+)?(?:says|mentions|states|specifies|tells|explains|reveals|gives|names|identifies)\b
+    | \b(?:says|states|mentions|tells\s+us|reveals)\s+nothing\b
+    | \bnothing\s+(?:is\s+|was\s+)?(?:mentioned|said|stated|known|given|specified)\b
     | \bthere\s+(?:is|are|was|were)\s+no\b
     | \bunanswerable\b | \bnot\s+answerable\b
     | \b(?:insufficient|not\s+enough)\s+(?:\w+\s+)?(?:information|context|detail|details|data)\b
@@ -104,10 +106,29 @@ def words(text: str) -> list[str]:
     return _WORD.findall(_THOUSANDS.sub("", text.replace("\u2019", "'").replace("\u2018", "'").casefold()))
 
 
+# Irregular verb forms, so that "ate" in an answer meets "eat" in a question (and "wrote" meets "write").
+_IRREGULAR_FORMS = """
+    ate:eat eaten:eat wrote:write written:write went:go gone:go came:come took:take taken:take gave:give given:give
+    saw:see seen:see found:find bought:buy thought:think told:tell said:say ran:run sang:sing sung:sing drank:drink
+    drunk:drink swam:swim flew:fly flown:fly fell:fall fallen:fall sold:sell sent:send spent:spend built:build
+    caught:catch brought:bring taught:teach kept:keep lost:lose made:make met:meet paid:pay rode:ride ridden:ride
+    wore:wear worn:wear won:win threw:throw thrown:throw knew:know known:know grew:grow grown:grow drew:draw
+    drawn:draw became:become began:begin begun:begin broke:break broken:break chose:choose chosen:choose
+    drove:drive driven:drive forgot:forget forgotten:forget froze:freeze frozen:freeze got:get gotten:get
+    held:hold hid:hide hidden:hide shook:shake shot:shoot slept:sleep spoke:speak spoken:speak stole:steal
+    stolen:steal stood:stand struck:strike swore:swear tore:tear woke:wake sat:sit dug:dig fed:feed fought:fight
+    hung:hang heard:hear meant:mean sought:seek sank:sink sunk:sink slid:slide spun:spin stuck:stick swept:sweep
+    swung:swing understood:understand wept:weep wound:wind blew:blow blown:blow bit:bite bitten:bite hurt:hurt
+    """
+_IRREGULAR = dict(pair.split(":") for pair in _IRREGULAR_FORMS.split())
+
+
 def stem(word: str) -> str:
-    """A light suffix stripper: composed, composing, composes and compose share a stem; so do crate and crates."""
+    """A light suffix stripper: composed, composing, composes and compose share a stem; so do crate and crates, and
+    an irregular past and its verb (ate, eat)."""
     if word.endswith("'s"):
         word = word[:-2]
+    word = _IRREGULAR.get(word, word)
     if len(word) <= 3 or word[0].isdigit():
         return word
     for suffix, keep in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", "e"), ("ly", "")):

@@ -357,6 +357,8 @@ def _one_alternative(
         return _fail(f"gives {found} of {len(values)} expected answers", found / len(values))
     if share == 0.0 and reading.stems - asked:
         return _unrelated(reading, values, asked, needle)
+    if share == 0.0 and not denies and any(c.negated for c in reading.clauses):
+        return _fail("denies what the question asks about")  # "The cuckoo never sang."
     if share == 0.0:
         return _undecided("says nothing beyond the question")
     return _undecided(f"gives {share:.0%} of the expected answer's key words")

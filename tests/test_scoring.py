@@ -266,3 +266,11 @@ def test_grade_refuses_a_scoring_it_cannot_use(scoring, message):
         grade("x", expected=["x"], scoring=scoring)
     with pytest.raises(UserError, match="list of accepted answers"):
         grade("x", expected="x")
+
+
+def test_irregular_verbs_meet_their_question_and_a_bare_denial_fails():
+    needle = "A tabby who lived in a mill / Ate a mouse every day, with some skill."
+    q = "What did the tabby eat every day?"
+    assert auto("She ate a mouse every day.", ["She ate a mouse."], q, needle).verdict == "pass"
+    v = auto("The tabby never ate.", ["A mouse."], q, needle)
+    assert (v.verdict, v.reason) == ("fail", "denies what the question asks about")
