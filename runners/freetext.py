@@ -44,20 +44,26 @@ _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "sev
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 
 # "The context does not hold the answer", in the ways models say it. Matched on one clause, in normalised text.
+# The sayer of a "does not say": the text or its parts, or the one answering ("I cannot find") — not a character of
+# the story ("He didn't say anything" can be the right answer).
+_SAYER = r"""(?:text|texts|context|document|documents|passage|passages|limerick|limericks|poem|poems|log|logs
+    |story|stories|entry|entries|information|excerpt|source|sources|it|this|i|we|they|these)"""
 _NOT_THERE = re.compile(
-    r"""
-    \b(?:does|do|did|is|are|was|were|has|have)\s*(?:not|n't)\s+(?:\w+\s+){0,2}?
+    rf"""
+    \b{_SAYER}\b(?:\s+[\w'-]+){{0,6}}?\s+(?:does|do|did|is|are|was|were|has|have|am)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}?
         (?:contain|mention|say|state|specify|provide|include|indicate|reveal|give|tell|describe|discuss|address
           |offer|explain|identify|name|list|refer|record|show|see|find|know|seem|appear|clarify|answer)
-    | \b(?:no|not\s+any)\s+(?:\w+\s+){0,2}?(?:mention|information|reference|record|details?|indication|data|clue
+    | \b(?:no|not\s+any)\s+(?:\w+\s+){{0,2}}?(?:mention|information|reference|record|details?|indication|data|clue
           |limerick|such|entry|answer|evidence)s?\b
     | \bnot\s+(?:\w+\s+)?(?:mentioned|found|provided|stated|specified|given|included|available|present|listed
           |contained|described|discussed|addressed|indicated|known|clear|specify|possible\s+to|able\s+to|recorded
           |explained|identified|named|revealed)\b
-    | \b(?:cannot|can't|can\s+not|could\s*not|couldn't|unable\s+to|am\s+not\s+able\s+to|was\s+not\s+able\s+to)\s+
-          (?:\w+\s+){0,2}?(?:find|locate|determine|answer|identify|tell|say|provide|see|confirm|know|be\s+sure
+    | (?:^|\b(?:i|we|you|it|one)\b)(?:\s+[\w'-]+){{0,3}}?\s*
+        (?:cannot|can't|can\s+not|could\s*not|couldn't|unable\s+to|not\s+able\s+to)\s+
+          (?:\w+\s+){{0,2}}?(?:find|locate|determine|answer|identify|tell|say|provide|see|confirm|know|be\s+sure
           |be\s+determined|be\s+answered|be\s+found|give|spot|infer)
-    | \bnever\s+(?:\w+\s+)?(?:says|mentions|states|specifies|tells|explains|reveals|gives|names|identifies)\b
+    | \b{_SAYER}\b(?:\s+[\w'-]+){{0,6}}?\s+never\s+(?:\w+\s+)?
+        (?:says|mentions|states|specifies|tells|explains|reveals|gives|names|identifies)\b
     | \b(?:says|states|mentions|tells\s+us|reveals)\s+nothing\b
     | \bnothing\s+(?:is\s+|was\s+)?(?:mentioned|said|stated|known|given|specified)\b
     | \bthere\s+(?:is|are|was|were)\s+no\b
@@ -293,11 +299,16 @@ def read(answer: str, needle: str | None) -> Reading:
                 continue
             own = frozenset(content(norm))
             stems |= own
-            negated = bool(set(words(norm)) & _NEGATIONS) or "n't" in norm
-            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated, bool(_HEDGE.search(norm))))
+            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), bool(_HEDGE.search(norm))))
         if clauses:
             sentences.append(Sentence(_norm(sentence), tuple(clauses)))
     return Reading(sentences, quotes, bool(_WONT.search(_norm(text))), stems)
+
+
+def negated(text: str) -> bool:
+    """Whether a text (an expected answer, say) holds a negation: not, never, nothing, n't..."""
+    norm = _norm(text)
+    return bool(set(words(norm)) & _NEGATIONS) or "n't" in norm
 
 
 def says_not_there(text: str) -> bool:

@@ -358,6 +358,8 @@ def _one_alternative(
     if share == 0.0 and reading.stems - asked:
         return _unrelated(reading, values, asked, needle)
     if share == 0.0 and not denies and any(c.negated for c in reading.clauses):
+        if any(freetext.negated(v) for v in values):
+            return Verdict("pass", "auto", "denies, as the expected answer does", 1.0)  # "Nobody." for "Nobody came."
         return _fail("denies what the question asks about")  # "The cuckoo never sang."
     if share == 0.0:
         return _undecided("says nothing beyond the question")
@@ -429,8 +431,8 @@ def _checked_pass(
     carrying = [c for c in reading.clauses if c.stems & key]
     if reading.hedged_near(key) or (not carrying and any(c.hedged for c in reading.clauses)):
         return _undecided("hedges")
-    if not denies and any(c.negated for c in carrying):
-        return _undecided("negates the expected answer")
+    if not denies and any(c.negated for c in carrying) != any(freetext.negated(v) for v in values):
+        return _undecided("differs from the expected answer in negation")  # "He paid" for "He did not pay"
     if reading.ungrounded_quotes:
         return _undecided("quotes text that is not in the needle")
     if needle is not None:
