@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def measure(slots: int) -> None:
     """In this process: compile the quickstart and answer its requests with ``slots`` parallel slots."""
     from nspec.compiler.run_directory import compile_run
-    from nspec.runners import local
+    from nspec.runners.providers import local
     from nspec.runners.providers import parse_openai
     from nspec.spec import load_spec
 

@@ -174,7 +174,7 @@ class ProxyTokenizer:
         return chat_framing(messages)
 
 
-# The local engine fills this in (`nspec.runners.local.register`); until then local models are counted by proxy.
+# The local engine fills this in (`nspec.runners.providers.local.register`); until then local models are counted by proxy.
 _model_tokenizers: dict[str, Callable[[str], Tokenizer | None]] = {}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nspec.runners.grader import Verdict, grade
+    from nspec.runners.grading.grader import Verdict, grade
 
 __version__ = "0.1.0"
 __all__ = ["Verdict", "__version__", "grade"]
@@ -18,7 +18,7 @@ __all__ = ["Verdict", "__version__", "grade"]
 def __getattr__(name: str) -> Any:
     # Imported on first use: `import nspec` (and the CLI's start-up) stays light.
     if name in ("grade", "Verdict"):
-        from nspec.runners import grader
+        from nspec.runners.grading import grader
 
         return getattr(grader, name)
     raise AttributeError(f"module 'nspec' has no attribute {name!r}")

@@ -222,7 +222,7 @@ def status(
 ) -> None:
     """What is pending, done and failed, per model; batches with provider status and age; tokens and cost so far."""
     from nspec.runners.rundir import Run
-    from nspec.runners.scoring import verdict_counts
+    from nspec.runners.grading.scoring import verdict_counts
     from nspec.runners.session import Session, stages
 
     reports = []
@@ -412,7 +412,7 @@ def dissent(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """Per judge: how often it disagrees with the panel's majority, and with the scorers where both ran."""
-    from nspec.runners.audit import dissent as judge_dissent
+    from nspec.runners.grading.audit import dissent as judge_dissent
     from nspec.runners.rundir import Run
 
     rows = judge_dissent(Run(run))
@@ -437,7 +437,7 @@ def variance(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """Cells whose repeated trials disagree (some pass, some fail), by location."""
-    from nspec.runners.audit import variance as trial_variance
+    from nspec.runners.grading.audit import variance as trial_variance
     from nspec.runners.rundir import Run
 
     rows = trial_variance(Run(run))
@@ -471,7 +471,7 @@ def answers(
     """The distinct passing and failing answers per question, written to a JSON file to mine for alternates."""
     from pathlib import Path
 
-    from nspec.runners.audit import answers_by_question
+    from nspec.runners.grading.audit import answers_by_question
     from nspec.runners.rundir import Run
 
     data = answers_by_question(Run(run))
@@ -494,7 +494,7 @@ def questions(
     from pathlib import Path
 
     from nspec.compiler.haystack import load_haystack
-    from nspec.runners.audit import ask_questions
+    from nspec.runners.grading.audit import ask_questions
 
     loaded = load_spec(spec)
     haystack = loaded.data["haystack"]
@@ -529,7 +529,7 @@ def vet_command(
     """Ask each model each question with only its needle (or item) as context, N times; flag questions any model
     fails, so the test measures attention, not comprehension. --closed-book flags questions answered from memory.
     Exit 4 if any question is flagged. Makes live calls."""
-    from nspec.runners.vet import vet
+    from nspec.runners.grading.vet import vet
 
     loaded = load_spec(spec)
     rows = vet(loaded.data, loaded.base_dir, trials, closed_book)
@@ -565,7 +565,7 @@ def _verdicts(counts: dict[str, int]) -> str:
 
 def _finish_grading(counts: dict[str, int], pending: int) -> None:
     """Exit 3 while judges are pending; 4 when cells have no verdict because too few judges gave one."""
-    from nspec.runners.scoring import JUDGE_ERROR
+    from nspec.runners.grading.scoring import JUDGE_ERROR
 
     _finish(pending, 0)
     errors = counts.get(JUDGE_ERROR, 0)
@@ -639,7 +639,7 @@ def _print_issues(console: Console, issues: list[SpecIssue], label: str = "") ->
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; the single place where errors become exit codes."""
-    from nspec.runners import local
+    from nspec.runners.providers import local
 
     local.register()
     try:

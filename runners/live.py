@@ -255,7 +255,7 @@ async def run_live(
 ) -> int:
     """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
     number of 429s received."""
-    from nspec.runners.local import LocalCaller
+    from nspec.runners.providers.local import LocalCaller
 
     wanted = {r.model for r in requests}
     callers: dict[str, LiveCaller | LocalCaller] = {

@@ -81,7 +81,7 @@ def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 def local_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """As the CLI does: local models counted with their own tokenizer; the model file assembled into a cache folder
     of the session's own (subprocesses inherit it)."""
-    from nspec.runners import local
+    from nspec.runners.providers import local
 
     local.register()
     with pytest.MonkeyPatch.context() as patch:

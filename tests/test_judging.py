@@ -8,7 +8,7 @@ from anthropic.types.messages.batch_create_params import Request as AnthropicBat
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from nspec.runners.emulator.config import Faults, JudgeFaults, Responder
-from nspec.runners.judging import Vote, combine, judge_key, judge_prompt, parse_vote, quorum
+from nspec.runners.grading.judging import Vote, combine, judge_key, judge_prompt, parse_vote, quorum
 from tests.test_compile import check_typed_dict
 from tests.test_runners import batches_on, compile_for
 

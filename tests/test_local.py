@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nspec.errors import UserError
-from nspec.runners import local
-from nspec.runners.local import EngineError, completion_prompt, engine, model_file
+from nspec.runners.providers import local
+from nspec.runners.providers.local import EngineError, completion_prompt, engine, model_file
 from nspec.runners.providers import parse_openai
 
 ROOT = Path(__file__).resolve().parent.parent

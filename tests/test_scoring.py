@@ -5,8 +5,8 @@ import pytest
 
 import nspec
 from nspec.errors import UserError
-from nspec.runners.grader import grade, normalize
-from nspec.runners.scoring import score_cell
+from nspec.runners.grading.grader import grade, normalize
+from nspec.runners.grading.scoring import score_cell
 
 NOT_FOUND = ["UNANSWERABLE", "not found"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nspec.runners.emulator.config import Responder as ResponderConfig
-from nspec.runners.judging import ANSWER_CLOSE, ANSWER_OPEN
+from nspec.runners.grading.judging import ANSWER_CLOSE, ANSWER_OPEN
 from nspec.runners.providers import message_text
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -186,7 +186,7 @@ class Echo:
 
 class LocalModel:
     def __init__(self, model: str) -> None:
-        from nspec.runners.local import model_file
+        from nspec.runners.providers.local import model_file
 
         model_file(model)  # a missing package is reported when the emulator starts, not at the first request
         self.model = model
@@ -194,7 +194,7 @@ class LocalModel:
     def answer(
         self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int, model: str = ""
     ) -> Reply:
-        from nspec.runners.local import EngineError, engine
+        from nspec.runners.providers.local import EngineError, engine
 
         turns = ([{"role": "system", "content": system}] if system else []) + messages
         body = {"model": self.model, "messages": turns, "temperature": 0, "max_tokens": max_tokens}

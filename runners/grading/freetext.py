@@ -1,7 +1,7 @@
 """Reading a free-text answer the way a careful judge does: its content words, its sentences and clauses, what it
 puts in quotes, whether it refuses or says the context lacks the answer, its yes/no stance, negations and hedges.
 
-Pure functions of text; `nspec.runners.grader` builds the default cascade (`auto`) on them.
+Pure functions of text; `nspec.runners.grading.grader` builds the default cascade (`auto`) on them.
 """
 
 from __future__ import annotations

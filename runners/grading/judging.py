@@ -21,7 +21,7 @@ from typing import Any
 from nspec.compiler.cells import Model, models_of
 from nspec.compiler.requests import encode_line, request_line
 from nspec.compiler.run_directory import ShardWriter, effective_mode
-from nspec.runners.grader import needle_text
+from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
 STAGE = "judge"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.prices import price_for
-from nspec.runners.audit import dissent
+from nspec.runners.grading.audit import dissent
 from nspec.runners.rundir import Run
 
 RAMP = ["#F0496E", "#EBB839", "#0CD79F"]

@@ -22,10 +22,10 @@ from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
 from nspec.compiler.requests import request_line
 from nspec.compiler.tokenizers import encoding
-from nspec.runners.judging import Vote, judge_key, judge_request, parse_vote, quorum
+from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.runners.providers import Outcome, credentials
-from nspec.runners.scoring import apply_votes, score_cell
+from nspec.runners.grading.scoring import apply_votes, score_cell
 from nspec.spec.templates import render
 
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nspec.runners import judging
-from nspec.runners.grader import accepted_answers, decide, needle_text, scorer_verdicts, share_given
+from nspec.runners.grading import judging
+from nspec.runners.grading.grader import accepted_answers, decide, needle_text, scorer_verdicts, share_given
 from nspec.runners.rundir import Run
 
 JUDGE_ERROR = "undecided (judge error)"
