@@ -29,10 +29,9 @@ def measure(slots: int) -> None:
     """In this process: compile the quickstart and answer its requests with ``slots`` parallel slots."""
     from nspec.compiler.run_directory import compile_run
     from nspec.runners.providers import local
-    from nspec.runners.providers import parse_openai
+    from nspec.runners.providers.openai import parse_result as parse_openai
     from nspec.spec import load_spec
 
-    local.register()
     started = time.perf_counter()
     engine = local.engine("gemma-3-270m", slots)
     print(f"slots {slots}: model load {time.perf_counter() - started:.2f} s")

@@ -18,7 +18,6 @@ sys.path.insert(0, str(ROOT))
 
 from nspec.compiler.cells import models_of, prompt_variants  # noqa: E402
 from nspec.compiler.run_directory import compile_run  # noqa: E402
-from nspec.runners.providers import local  # noqa: E402
 from nspec.spec import load_spec  # noqa: E402
 from nspec.spec.templates import render  # noqa: E402
 from tests.test_placement import between_items, between_sentences, without_others  # noqa: E402
@@ -75,7 +74,6 @@ def check(spec_path: Path, out: Path) -> tuple[int, int, list[str]]:
 
 
 def main() -> None:
-    local.register()
     total = total_good = 0
     with tempfile.TemporaryDirectory() as tmp:
         for spec in sorted((ROOT / "specs").glob("*.yaml")):

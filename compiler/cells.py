@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.errors import CompileError
+from nspec.providers import Provider
+from nspec.providers import provider as provider_api
 from nspec.spec.templates import render
 
 from . import grid as grid_axes
@@ -22,8 +24,7 @@ from .context import BuiltContext, Insert, PromptParts, build_context
 from .draws import Draws
 from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
 from .needles import CellNeedles, draw_needles, needle_ids
-from .requests import request_line
-from .tokenizers import Tokenizer, chat_framing, encoding, tokenizer_for
+from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
 # A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
@@ -45,6 +46,7 @@ class Model:
     tokenizer: Tokenizer
     prompt_override: dict[str, Any]
     entry: dict[str, Any] = field(repr=False)
+    api: Provider = field(repr=False)  # what its provider knows: request lines, limits, modes
 
     @property
     def slug(self) -> str:
@@ -75,6 +77,7 @@ def models_of(spec: dict[str, Any]) -> list[Model]:
     out = []
     for entry in spec["models"]:
         provider, name = entry["id"].split("/", 1)
+        api = provider_api(provider)
         out.append(
             Model(
                 label=entry.get("name", entry["id"]),
@@ -84,9 +87,10 @@ def models_of(spec: dict[str, Any]) -> list[Model]:
                 mode=entry.get("mode", "auto"),
                 params=dict(entry.get("params", {})),
                 max_context=entry.get("max_context"),
-                tokenizer=tokenizer_for(entry["id"], entry.get("tokenizer")),
+                tokenizer=api.tokenizer(name, entry.get("tokenizer")),
                 prompt_override=dict(entry.get("prompt", {})),
                 entry=entry,
+                api=api,
             )
         )
     return out
@@ -391,7 +395,7 @@ class CellMaker:
             "max_tokens": max_tokens,
             "haystack_uses": uses,
         }
-        request = request_line(
-            model.provider, model.name, cid, parts.system, built.user, parts.prefill, model.params, reserve
+        request = model.api.request_line(
+            model.name, cid, parts.system, built.user, parts.prefill, model.params, reserve
         )
         return Cell(record, request, model)

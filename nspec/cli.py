@@ -221,8 +221,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """What is pending, done and failed, per model; batches with provider status and age; tokens and cost so far."""
-    from nspec.runners.rundir import Run
     from nspec.runners.grading.scoring import verdict_counts
+    from nspec.runners.rundir import Run
     from nspec.runners.session import Session, stages
 
     reports = []
@@ -639,9 +639,6 @@ def _print_issues(console: Console, issues: list[SpecIssue], label: str = "") ->
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; the single place where errors become exit codes."""
-    from nspec.runners.providers import local
-
-    local.register()
     try:
         app(args=argv, prog_name="nspec")  # standalone: usage errors print themselves and exit 2
     except SystemExit as exc:

@@ -1,12 +1,23 @@
 """The exceptions of nspec, all in one tree.
 
     NspecError                 any failure nspec reports; exit code 1 unless a subclass says otherwise
-    └── UserError              bad input: arguments, files, settings (exit 2); the message says what to change
-        ├── SpecError          a spec that does not load or validate; carries every issue found, each located
-        └── CompileError       a valid spec that cannot be compiled as written (e.g. a cell longer than its model)
+    ├── UserError              bad input: arguments, files, settings (exit 2); the message says what to change
+    │   ├── SpecError          a spec that does not load or validate; carries every issue found, each located
+    │   ├── CompileError       a valid spec that cannot be compiled as written (e.g. a cell longer than its model)
+    │   └── Refused            a provider refused a model's calls: fix what the message names and run again
+    │       ├── AuthenticationFailed   the key is missing, wrong or revoked (401): names the variable
+    │       ├── PermissionDenied       the key may not use this model or endpoint (403)
+    │       ├── ModelNotFound          the provider has no such model (404)
+    │       └── BadRequest             the provider refused a request as malformed (400, 422)
+    └── ProviderError          a provider call failed in a way that trying again later may fix (exit 3)
+        ├── RateLimited        429: the provider asked us to wait
+        ├── ServerError        5xx, overloaded
+        └── ConnectionFailed   no response, or a body cut off mid-way
 
-The CLI turns these into exit codes in one place (``nspec.cli.main``). Anything else escaping is a bug: the CLI
-reports it as an internal error (exit 1).
+Providers map their SDK's exceptions into this tree at the boundary (`nspec.providers.Provider.error`); the runners
+retry what is transient and stop on a refusal before making more calls, recording nothing as an answer. The CLI
+turns these into exit codes in one place (``nspec.cli.main``). Anything else escaping is a bug: the CLI reports it
+as an internal error (exit 1).
 """
 
 from __future__ import annotations
@@ -69,3 +80,56 @@ class SpecError(UserError):
 
 class CompileError(UserError):
     """A valid spec that cannot be compiled as written; the message names the cell or setting."""
+
+
+class Refused(UserError):
+    """A provider refused a model's calls (not one request's content): nothing more is sent for the model, nothing is
+    recorded as an answer, and running the same command again after the fix resumes the run."""
+
+    def __init__(self, provider: str, model: str, message: str, status: int | None = None) -> None:
+        self.provider, self.model, self.status = provider, model, status
+        super().__init__(message)
+
+
+class AuthenticationFailed(Refused):
+    """The API key is missing, wrong or revoked."""
+
+
+class PermissionDenied(Refused):
+    """The key may not use this model or endpoint."""
+
+
+class ModelNotFound(Refused):
+    """The provider has no model of this name (or the key cannot see it)."""
+
+
+class BadRequest(Refused):
+    """The provider refused a request as malformed: a parameter the model does not take, say."""
+
+
+class ProviderError(NspecError):
+    """A provider call failed in a way that trying again later may fix; runners retry these per the retry policy.
+    One that escapes means "run again later" (exit 3)."""
+
+    exit_code = 3
+    transient = True
+
+    def __init__(self, provider: str, message: str, status: int | None = None) -> None:
+        self.provider, self.status = provider, status
+        super().__init__(message)
+
+
+class RateLimited(ProviderError):
+    """429: the provider asked us to wait (``retry_after`` seconds, when it said)."""
+
+    def __init__(self, provider: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(provider, message, 429)
+        self.retry_after = retry_after
+
+
+class ServerError(ProviderError):
+    """A 5xx or an overloaded provider."""
+
+
+class ConnectionFailed(ProviderError):
+    """No response, or a response body cut off mid-way."""

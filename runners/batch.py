@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nspec.errors import ProviderError
+from nspec.providers import BatchClient, Outcome, credentials, provider
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Job, Ledger
-from nspec.runners.providers import AnthropicBatches, OpenAIBatches, Outcome, batch_client, credentials, transient
 from nspec.runners.rundir import ResultsFile, Run, register_shards, shard_lines
 
 
@@ -47,8 +48,8 @@ class BatchRunner:
         self.models = {m.label: m for m in run.models(stage)}
         self.batch_models = [m for m in self.models.values() if m.mode == "batch"]
         # Every key and package is checked before anything is uploaded.
-        self.clients: dict[str, OpenAIBatches | AnthropicBatches] = {
-            m.label: batch_client(m.provider, credentials(m.entry)) for m in self.batch_models
+        self.clients: dict[str, BatchClient] = {
+            m.label: provider(m.provider).batches(credentials(m.entry)) for m in self.batch_models
         }
 
     def plan(self) -> None:
@@ -65,10 +66,8 @@ class BatchRunner:
                 continue
             try:
                 self._advance(job, progress)
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-                self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])  # resumed next time
+            except ProviderError as exc:  # transient: resumed next time (a refusal stops the run)
+                self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])
 
     def _metadata(self, job: Job) -> dict[str, str]:
         return {
@@ -106,10 +105,8 @@ class BatchRunner:
         for job in self.ledger.jobs(self.stage, ("created",)):
             try:
                 self._collect_job(job, results, max_attempts, progress)
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-                self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])  # tried again next time
+            except ProviderError as exc:  # transient: tried again next time (a refusal stops the run)
+                self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])
         self._resubmit(live_below, progress)
 
     def _collect_job(self, job: Job, results: ResultsFile, max_attempts: int, progress: Progress) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nspec.errors import UserError
-from nspec.runners.providers import parse_openai
+from nspec.providers import OPENAI_CHAT, names, provider
 from nspec.runners.rundir import ResultsFile, Run, shard_lines
 
 
@@ -32,11 +32,14 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
         raise UserError(f"no such file: {source}")
     owner: dict[str, tuple[str, str]] = {}  # custom_id → (model, shard)
     for model in run.models(stage):
-        if model.provider not in ("openai", "openai-compatible", "local"):
+        if provider(model.provider).request_format != OPENAI_CHAT:
             continue  # only OpenAI-format shards can have been run by such an engine
         for shard in model.shards:
             for cid, _ in shard_lines(run.path / shard["file"]):
                 owner[cid] = (model.label, shard["file"])
+    parse_output = next((provider(n).parse_result for n in names() if provider(n).request_format == OPENAI_CHAT), None)
+    if parse_output is None:
+        raise UserError("no installed provider reads OpenAI batch-output lines")
     ledger = run.ledger()
     results = ResultsFile(run.path / stage / "results.jsonl")
     report = Imported()
@@ -47,7 +50,7 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
                 if not line.strip():
                     continue
                 try:
-                    outcome = parse_openai(json.loads(line))
+                    outcome = parse_output(json.loads(line))
                 except (json.JSONDecodeError, KeyError, TypeError, IndexError):
                     raise UserError(f"{source}:{number}: not a batch output line") from None
                 if outcome.custom_id not in owner:

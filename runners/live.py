@@ -10,7 +10,6 @@ is appended as it arrives, so a crash loses only the requests in flight.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import random
 import time
@@ -18,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nspec.runners.providers import Credentials, Outcome, parse_anthropic, parse_openai
+from nspec.errors import ProviderError, RateLimited
+from nspec.providers import Credentials, Outcome, RateHeaders, provider
 
 
 @dataclass
@@ -82,23 +82,17 @@ class Limiter:
     def release(self) -> None:
         self.slots.release()
 
-    def learn(self, headers: Any, provider: str) -> None:
+    def learn(self, said: RateHeaders) -> None:
         """Adopt the provider's limits when the spec gave none, and pause when a budget is spent."""
-        for name, bucket_name in (("requests", "requests"), ("tokens", "tokens")):
-            if provider == "anthropic":
-                limit = headers.get(f"anthropic-ratelimit-{name}-limit")
-                remaining = headers.get(f"anthropic-ratelimit-{name}-remaining")
-            else:
-                limit = headers.get(f"x-ratelimit-limit-{name}")
-                remaining = headers.get(f"x-ratelimit-remaining-{name}")
+        for bucket_name, (limit, remaining) in (("requests", said.requests), ("tokens", said.tokens)):
             if not limit:
                 continue
             bucket: Bucket = getattr(self, bucket_name)
             if bucket.per_minute is None:
-                setattr(self, bucket_name, Bucket(_paced(int(limit))))
-            if remaining is not None and int(remaining) <= 0:
+                setattr(self, bucket_name, Bucket(_paced(limit)))
+            if remaining is not None and remaining <= 0:
                 # Spent: one unit of a per-minute budget comes back every 60 / limit seconds.
-                self.pause(60 / max(1, int(limit)))
+                self.pause(60 / max(1, limit))
 
     def pause(self, seconds: float) -> None:
         self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
@@ -111,19 +105,6 @@ def _paced(per_minute: Any) -> float | None:
     return None if per_minute is None else float(per_minute) * MARGIN
 
 
-def retry_after(headers: Any) -> float | None:
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return float(value) * scale
-            except ValueError:
-                continue
-    return None
-
-
 @dataclass
 class LiveRequest:
     custom_id: str
@@ -134,51 +115,44 @@ class LiveRequest:
 
 
 class LiveCaller:
-    """Sends live requests for one model through its SDK (async client, SDK retries off: the limiter retries)."""
+    """Sends one model's live requests through its provider's live client, paced by its limiter: the policy of
+    retries is here, the protocol in the provider."""
 
     MAX_RATE_WAITS = 100  # a provider that keeps answering 429 for this long is down, not busy
-    rate_limited = 0  # 429s received
 
-    def __init__(
-        self,
-        provider: str,
-        creds: Credentials,
-        limits: dict[str, Any],
-        attempts: int,
-        backoff: float = 0.5,
-        backoff_max: float = 30.0,
-    ) -> None:
-        self.provider = provider
-        self.limiter = Limiter(limits)
-        self.attempts = attempts
-        self.backoff, self.backoff_max = backoff, backoff_max
-        if provider == "anthropic":
-            import anthropic
-
-            self.client: Any = anthropic.AsyncAnthropic(api_key=creds.api_key, base_url=creds.base_url, max_retries=0)
-        else:
-            import openai
-
-            self.client = openai.AsyncOpenAI(api_key=creds.api_key, base_url=creds.base_url, max_retries=0)
+    def __init__(self, settings: CallerSettings, backoff_max: float = 30.0) -> None:
+        self.api = provider(settings.provider)
+        self.limiter = Limiter({"concurrency": self.api.default_concurrency, **settings.limits})
+        self.attempts = settings.attempts
+        self.backoff, self.backoff_max = settings.backoff, backoff_max
+        self.client = self.api.live(settings.creds, settings.limits)
+        self.rate_limited = 0  # 429s received
 
     async def close(self) -> None:
         await self.client.close()
 
     async def call(self, request: LiveRequest) -> Outcome:
         """Send one request; a 429 waits and goes again without using up an attempt (it says nothing about the
-        request), other retryable errors use one each."""
+        request), other transient failures use one each. A refusal (a wrong key, an unknown model) raises: nothing
+        more is sent for the model, and nothing is recorded as the request's answer."""
         failures = rate_waits = 0
         while True:
             await self.limiter.acquire(request.tokens)
             try:
-                outcome, headers, wait = await self._once(request)
+                outcome, headers = await self.client.send(request.line)
+            except ProviderError as exc:
+                limited = isinstance(exc, RateLimited)
+                wait = exc.retry_after if isinstance(exc, RateLimited) else None
+                code = str(exc.status) if exc.status is not None else "connection"
+                outcome, headers = Outcome(request.custom_id, "error", error={"code": code, "message": str(exc)}), None
+            else:
+                limited, wait = False, None
             finally:
                 self.limiter.release()
             if headers is not None:
-                self.limiter.learn(headers, self.provider)
+                self.limiter.learn(self.api.rate_headers(headers))
             if outcome.status == "ok" or not outcome.retryable:
                 return outcome
-            limited = outcome.error is not None and outcome.error.get("code") == "429"
             if limited:
                 self.rate_limited += 1
             if limited and wait is not None:
@@ -191,50 +165,6 @@ class LiveCaller:
                     return outcome
             pause = wait if wait is not None else min(self.backoff_max, self.backoff * 2 ** (failures + rate_waits))
             await asyncio.sleep(pause * (1 + 0.25 * random.random()))  # jitter spreads the herd
-
-    async def _once(self, request: LiveRequest) -> tuple[Outcome, Any, float | None]:
-        import anthropic
-        import openai
-
-        cid = request.custom_id
-        try:
-            if self.provider == "anthropic":
-                raw = await self.client.messages.with_raw_response.create(
-                    **_split(self.client.messages.create, request.line["params"])
-                )
-                message = (await _parsed(raw)).model_dump(mode="json")
-                line = {"custom_id": cid, "result": {"type": "succeeded", "message": message}}
-                return parse_anthropic(line), raw.headers, None
-            create = self.client.chat.completions.create
-            raw = await self.client.chat.completions.with_raw_response.create(**_split(create, request.line["body"]))
-            body = (await _parsed(raw)).model_dump(mode="json")
-            return parse_openai({"custom_id": cid, "response": {"status_code": 200, "body": body}}), raw.headers, None
-        except (openai.APIStatusError, anthropic.APIStatusError) as exc:
-            status = exc.status_code
-            retryable = status in (408, 409, 429) or status >= 500
-            error = {"code": str(status), "message": str(exc.message)[:500]}
-            return (
-                Outcome(cid, "error", error=error, retryable=retryable),
-                exc.response.headers,
-                retry_after(exc.response.headers),
-            )
-        except (openai.APIConnectionError, anthropic.APIConnectionError) as exc:
-            return Outcome(cid, "error", error={"code": "connection", "message": str(exc)[:500]}), None, None
-
-
-def _split(method: Any, body: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for an SDK method: the body's fields the method declares, the rest (provider-specific
-    parameters this SDK version does not know) passed through as `extra_body`, as the batch line would send them."""
-    declared = inspect.signature(method).parameters
-    known = {k: v for k, v in body.items() if k in declared}
-    extra = {k: v for k, v in body.items() if k not in declared}
-    return {**known, "extra_body": extra} if extra else known
-
-
-async def _parsed(raw: Any) -> Any:
-    """The parsed body of a raw response (the SDKs differ on whether parse() is a coroutine)."""
-    parsed = raw.parse()
-    return await parsed if inspect.isawaitable(parsed) else parsed
 
 
 @dataclass(frozen=True)
@@ -254,25 +184,20 @@ async def run_live(
     on_result: Callable[[LiveRequest, Outcome], None],
 ) -> int:
     """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
-    number of 429s received."""
-    from nspec.runners.providers.local import LocalCaller
-
+    number of 429s received. A refusal stops the run: requests still in flight are abandoned unrecorded."""
     wanted = {r.model for r in requests}
-    callers: dict[str, LiveCaller | LocalCaller] = {
-        label: LocalCaller(s.limits)
-        if s.provider == "local"
-        else LiveCaller(s.provider, s.creds, s.limits, s.attempts, s.backoff)
-        for label, s in settings.items()
-        if label in wanted
-    }
+    callers = {label: LiveCaller(s) for label, s in settings.items() if label in wanted}
 
     async def one(request: LiveRequest) -> None:
         outcome = await callers[request.model].call(request)
         on_result(request, outcome)
 
+    tasks = [asyncio.ensure_future(one(r)) for r in requests]
     try:
-        await asyncio.gather(*(one(r) for r in requests))
+        await asyncio.gather(*tasks)
     finally:
+        for task in tasks:
+            task.cancel()
         for caller in callers.values():
             await caller.close()
     return sum(c.rate_limited for c in callers.values())

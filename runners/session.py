@@ -18,15 +18,15 @@ from rich.text import Text
 from nspec.compiler.prices import price_for
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError
+from nspec.providers import Outcome, credentials
 from nspec.runners.batch import BatchRunner
 from nspec.runners.batch import Progress as RunProgress
 from nspec.runners.failpoints import failpoint
 from nspec.runners.grading.judging import compile_judges
+from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
-from nspec.runners.providers import Outcome, credentials
 from nspec.runners.rundir import SCORING_OVERRIDE, ResultsFile, Run, RunModel, register_shards, shard_lines
-from nspec.runners.grading.scoring import score_run
 
 # Modes whose requests go one by one from this process: live calls, and the local engine.
 _DIRECT = ("live", "local")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from nspec.cli import main
+from nspec.providers import SDK_RETRIES_ENV
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
-from nspec.runners.providers import SDK_RETRIES_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
@@ -78,12 +78,8 @@ def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True, scope="session")
-def local_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """As the CLI does: local models counted with their own tokenizer; the model file assembled into a cache folder
-    of the session's own (subprocesses inherit it)."""
-    from nspec.runners.providers import local
-
-    local.register()
+def local_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The local model file assembled into a cache folder of the session's own (subprocesses inherit it)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NSPEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         yield

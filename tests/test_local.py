@@ -11,7 +11,7 @@ import pytest
 from nspec.errors import UserError
 from nspec.runners.providers import local
 from nspec.runners.providers.local import EngineError, completion_prompt, engine, model_file
-from nspec.runners.providers import parse_openai
+from nspec.runners.providers.openai import parse_result as parse_openai
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,6 +3,7 @@ dangerous point, retries of exactly what is missing, 429 storms, and missing key
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nspec.compiler.run_directory import compile_run
+from nspec.errors import UserError
 from nspec.runners.emulator.config import Faults, RateLimits, Timing
 from nspec.runners.failpoints import ENV as FAILPOINT
 from nspec.runners.session import Session
@@ -253,8 +255,35 @@ def test_missing_package_names_the_pip_command(emulator, tmp_path, monkeypatch):
     emu = emulator()
     run = compile_for(tmp_path, emu)
     monkeypatch.setitem(sys.modules, "anthropic", None)  # as if it were not installed
-    with pytest.raises(Exception, match="pip install anthropic"):
+    with pytest.raises(UserError, match="pip install anthropic"):
         Session.open(str(run))
+
+
+@pytest.mark.parametrize("mode", ["batch", "live"])
+def test_a_wrong_key_stops_with_exit_2_and_the_same_command_resumes_once_it_is_fixed(
+    emulator, tmp_path, monkeypatch, cli, mode
+):
+    emu = emulator(api_key="the-right-key")
+    run = compile_for(tmp_path, emu, modes=(mode, mode))
+    monkeypatch.setenv("OPENAI_API_KEY", "a-wrong-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "a-wrong-key")
+    refused = cli("run", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"))
+    assert refused.code == 2, refused.err
+    assert re.search(
+        r"answered 401: .* the key in (OPENAI|ANTHROPIC)_API_KEY was refused; set a valid one", refused.err
+    )
+    assert "Traceback" not in refused.err and "internal error" not in refused.err
+    answers = run / "answers" / "results.jsonl"
+    assert not answers.exists() or answers.read_text() == ""  # a refusal is never recorded as an answer
+    monkeypatch.setenv("OPENAI_API_KEY", "the-right-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "the-right-key")
+    fixed = cli("run", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"))
+    if mode == "batch":
+        assert fixed.code == 3, fixed.err  # submitted: the batches are pending
+        emu.clock.advance(600)
+        fixed = cli("run", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"))
+    assert fixed.code == 0, fixed.err
+    assert len(results(run)) == len(cell_ids(run)) and all(r["status"] == "ok" for r in results(run))
 
 
 def test_not_a_run_directory(tmp_path, cli):

@@ -162,7 +162,12 @@ def test_model_ids(spec_file):
     result = issues(spec_file, BASE.replace("openai/gpt-4.1-mini", "gpt-4.1-mini"))
     assert result == [
         "spec.yaml:11:15: models[0].id: 'gpt-4.1-mini' is not allowed here: write provider/model, "
-        "where provider is openai, anthropic, openai-compatible or local (e.g. openai/gpt-4.1-mini)"
+        "e.g. openai/gpt-4.1-mini or anthropic/claude-haiku-4-5"
+    ]
+    result = issues(spec_file, BASE.replace("openai/gpt-4.1-mini", "gemini/gemini-2.5-flash"))
+    assert result == [
+        "spec.yaml:11:15: models[0].id: unknown provider 'gemini': the installed providers are anthropic, local, "
+        "openai, openai-compatible"
     ]
 
 

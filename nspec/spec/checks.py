@@ -14,7 +14,8 @@ from typing import Any
 from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import source_problem
 from nspec.compiler.prices import close_names, table_entry
-from nspec.errors import SpecIssue
+from nspec.errors import SpecIssue, UserError
+from nspec.providers import names, provider
 from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
 
@@ -301,22 +302,27 @@ class _Checker:
 
     def model_settings(self, path: Path, model: dict[str, Any], reserves: list[int]) -> None:
         model_id = model.get("id")
-        provider = model_id.split("/", 1)[0] if isinstance(model_id, str) else None
-        if provider == "openai-compatible" and "base_url" not in model:
-            self.error(path, "an openai-compatible model needs `base_url`")
-        if "batch_api" in model and provider not in (None, "openai-compatible"):
-            self.error((*path, "batch_api"), "`batch_api` applies to openai-compatible models only", at_key=True)
-        if provider == "openai-compatible" and model.get("mode") == "batch" and model.get("batch_api") is not True:
-            self.error((*path, "mode"), "`mode: batch` on an openai-compatible server needs `batch_api: true`")
+        name = model_id.split("/", 1)[0] if isinstance(model_id, str) and "/" in model_id else None
+        api = None
+        if name is not None:
+            try:
+                api = provider(name)
+            except UserError as exc:
+                self.error((*path, "id"), str(exc))
+        if api is not None:
+            for where, message in api.model_issues(model):
+                self.error((*path, *where), message)
         tokenizer = model.get("tokenizer")
-        name = tokenizer.get("name") if isinstance(tokenizer, dict) else tokenizer
-        if name == "model" and provider not in (None, "local"):
+        choice = tokenizer.get("name") if isinstance(tokenizer, dict) else tokenizer
+        if choice == "model" and api is not None and not api.own_tokenizer:
+            own = ", ".join(n for n in names() if provider(n).own_tokenizer)
             self.error(
                 (*path, "tokenizer"),
-                "`tokenizer: model` (the model's own) is available for local models only",
+                f"`tokenizer: model` (the model's own) is available for {own} models only",
             )
-        if isinstance(tokenizer, dict) and "factor" in tokenizer and name != "proxy":
-            self.error((*path, "tokenizer", "factor"), "`factor` applies to the proxy tokenizer only", at_key=True)
+        if isinstance(tokenizer, dict) and ("factor" in tokenizer or "margin" in tokenizer) and choice != "proxy":
+            key = "factor" if "factor" in tokenizer else "margin"
+            self.error((*path, "tokenizer", key), f"`{key}` applies to the proxy tokenizer only", at_key=True)
         params = model.get("params")
         if isinstance(params, dict):
             for key in RESERVED_PARAMS:
@@ -411,7 +417,11 @@ def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:
         if not isinstance(model, dict) or not isinstance(model.get("id"), str) or "price" in model:
             continue
         model_id = model["id"]
-        if model_id.split("/", 1)[0] == "openai-compatible" or table_entry(model_id) is not None:
+        try:
+            priced = provider(model_id.split("/", 1)[0]).priced
+        except UserError:
+            continue  # an unknown provider is an error, reported by `check`
+        if not priced or table_entry(model_id) is not None:
             continue
         close = close_names(model_id)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "; set `price:` to estimate it"

@@ -7,8 +7,8 @@ import secrets
 from typing import Any
 
 from nspec.compiler.tokenizers import encoding
+from nspec.providers import message_text
 from nspec.runners.emulator.responders import Responder
-from nspec.runners.providers import message_text
 
 DEFAULT_OPENAI_MAX_TOKENS = 4096
 

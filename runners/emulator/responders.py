@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from nspec.providers import message_text
 from nspec.runners.emulator.config import Responder as ResponderConfig
 from nspec.runners.grading.judging import ANSWER_CLOSE, ANSWER_OPEN
-from nspec.runners.providers import message_text
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")

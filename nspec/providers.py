@@ -1,0 +1,249 @@
+"""Providers: everything nspec knows about one kind of API, behind one interface, found through a registry.
+
+A provider holds what is specific to its API, in one module (`runners/providers/<name>.py` for the built-ins): the
+rules of its model entries, its request lines and shard limits, its tokenizer, how to read its result lines, its
+batch and live I/O, its rate-limit headers, and the mapping of its SDK's exceptions into nspec's error tree
+(`nspec.errors`). What is policy — retries, backoff, pacing, the ledger, crash safety — lives in the runners, once.
+
+The registry reads the `nspec.providers` entry-point group: each entry point, named after the `provider/` prefix of
+model ids, loads an object with the `Provider` interface. The built-ins register the same way (pyproject.toml), so a
+third party adds a provider by publishing a package with such an entry point; docs/providers.md has the recipe.
+Entry points are loaded on first use, so a broken plugin only matters to specs that use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from nspec.errors import AuthenticationFailed, UserError
+
+if TYPE_CHECKING:
+    from nspec.compiler.tokenizers import Tokenizer
+
+GROUP = "nspec.providers"
+OPENAI_CHAT = "openai"  # the request format of OpenAI's batch files, which vLLM's run-batch reads too
+# The environment variable that overrides the SDKs' own retry count for control calls (tests set 0).
+SDK_RETRIES_ENV = "NSPEC_SDK_MAX_RETRIES"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request's result, normalised across providers."""
+
+    custom_id: str
+    status: str  # ok | error | expired | cancelled
+    text: str | None = None
+    finish_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: dict[str, Any] | None = None
+    retryable: bool = True  # for errors: whether sending again may help
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """A provider batch as last seen."""
+
+    batch_id: str
+    status: str  # the provider's own word
+    ended: bool
+    done: int  # requests finished (either way) as far as the provider says
+    total: int
+    output_files: tuple[str, ...] = ()  # files to download, where the provider has them
+
+
+@dataclass(frozen=True)
+class Credentials:
+    api_key: str
+    base_url: str | None
+    variable: str | None = None  # where the key came from, to name it when the provider refuses it
+
+
+class ShardLimits(NamedTuple):
+    """The most one batch input file (or create call) may hold."""
+
+    lines: int
+    bytes: int
+
+
+class RateHeaders(NamedTuple):
+    """What a response's rate-limit headers say, per budget: the limit per minute and what remains (None: silent)."""
+
+    requests: tuple[int | None, int | None]
+    tokens: tuple[int | None, int | None]
+
+
+class BatchClient(Protocol):
+    """A provider's batch I/O. Every method raises nspec errors (`Refused`, `ProviderError`), never the SDK's."""
+
+    def upload(self, shard: Path) -> str: ...
+    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str: ...
+    def find(self, metadata: dict[str, str], after: float) -> list[str]:
+        """Batches created after ``after`` (Unix seconds) that may be this shard's, best match first: how a create
+        call interrupted before its batch id was recorded is found again."""
+        ...
+
+    def poll(self, batch_id: str) -> BatchView: ...
+    def failure(self, batch_id: str) -> str:
+        """Why a batch failed as a whole."""
+        ...
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]: ...
+    def cancel(self, batch_id: str) -> None: ...
+
+
+class LiveClient(Protocol):
+    """A provider's live calls, in one event loop."""
+
+    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
+        """Send one compiled request line; return its outcome and the response headers. A request-level failure
+        is an error outcome; a refusal of the model's calls raises `Refused`; a transient failure raises
+        `ProviderError` (the caller waits and retries)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Provider(Protocol):
+    """Everything specific to one API. See the module docstring; docs/providers.md describes each part."""
+
+    @property
+    def name(self) -> str:
+        """The `provider/` prefix of its model ids."""
+        ...
+
+    @property
+    def request_format(self) -> str:
+        """Which request lines it writes (`OPENAI_CHAT`, or its own): files of one format are interchangeable."""
+        ...
+
+    @property
+    def key_variables(self) -> tuple[str, ...]:
+        """The environment variables its API key is read from, in order; empty when it needs none."""
+        ...
+
+    @property
+    def own_tokenizer(self) -> bool:
+        """Whether `tokenizer: model` (the model's own tokenizer) is available."""
+        ...
+
+    @property
+    def priced(self) -> bool:
+        """Whether the shipped price table lists its models (a self-hosted server's cannot be)."""
+        ...
+
+    @property
+    def default_concurrency(self) -> int:
+        """Live calls at once for a model whose `rate_limits` do not say."""
+        ...
+
+    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        """What is wrong with a model entry for this provider: (key path inside the entry, message) each."""
+        ...
+
+    def mode(self, entry: Mapping[str, Any]) -> str:
+        """How the model runs: batch, live, or local (on this machine), given its entry (`mode`, `batch_api`)."""
+        ...
+
+    def has_batch(self, entry: Mapping[str, Any]) -> bool:
+        """Whether the model can be sent as a batch (at the batch price)."""
+        ...
+
+    def shard_limits(self) -> ShardLimits: ...
+    def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer: ...
+    def request_line(
+        self,
+        model: str,
+        custom_id: str,
+        system: str | None,
+        user: str,
+        prefill: str | None,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        """The batch input line of one request: exactly what is uploaded (and what a live call sends)."""
+        ...
+
+    def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` asking for a reply that fits the JSON ``schema``, where the API offers it (judges use it)."""
+        ...
+
+    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
+        """One line of its batch output, normalised."""
+        ...
+
+    def batches(self, creds: Credentials) -> BatchClient: ...
+    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> LiveClient: ...
+    def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders: ...
+
+
+def message_text(content: Any) -> str:
+    """The text of a chat message's content (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return ""
+
+
+# -- the registry ----------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
+
+
+@functools.cache
+def provider(name: str) -> Provider:
+    """The provider registered as ``name`` (the `provider/` prefix of a model id), loaded on first use."""
+    points = _entry_points()
+    if name not in points:
+        known = ", ".join(sorted(points)) or "none"
+        raise UserError(f"unknown provider {name!r}: the installed providers are {known}")
+    try:
+        loaded: Provider = points[name].load()
+    except Exception as exc:  # a plugin that cannot load is the plugin's fault, said as such
+        raise UserError(f"the {name!r} provider ({points[name].value}) failed to load: {exc}") from None
+    return loaded
+
+
+def names() -> list[str]:
+    """Every registered provider name."""
+    return sorted(_entry_points())
+
+
+def reload() -> None:
+    """Read the entry points again (after installing a provider in the same process)."""
+    _entry_points.cache_clear()
+    provider.cache_clear()
+
+
+def credentials(entry: Mapping[str, Any]) -> Credentials:
+    """The key and base URL of a model entry (`api_key_env`, else its provider's variables); a missing key names
+    the variables to set, before anything is sent."""
+    name = str(entry["id"]).split("/", 1)[0]
+    variables = provider(name).key_variables
+    if not variables:
+        return Credentials("", entry.get("base_url"))
+    candidates = (str(entry["api_key_env"]),) if "api_key_env" in entry else variables
+    found = next((n for n in candidates if os.environ.get(n)), None)
+    label = str(entry.get("name", entry["id"]))
+    if found is None:
+        raise AuthenticationFailed(name, label, f"no API key for {label}: set {' or '.join(candidates)}")
+    return Credentials(os.environ[found], entry.get("base_url"), found)

@@ -1,0 +1,226 @@
+"""Anthropic's Messages API: `anthropic/<model>`.
+
+- Requests: ``{"custom_id", "params": {model, max_tokens, system?, messages, ...params}}``; a batch is one create
+  call carrying its requests (at most 100,000 or 256 MB), streamed from the shard.
+- Batches carry no metadata: an interrupted create is found again among the batches created after the recorded
+  intent with the shard's request count (see `runners.batch`).
+- Tokens: no exact offline tokenizer exists for Claude 3 and later; counts are a proxy (o200k_base times a factor)
+  with a margin, unless the spec says otherwise.
+- Rate limits: `anthropic-ratelimit-{requests,tokens}-{limit,remaining}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from nspec.errors import NspecError
+from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits
+from nspec.runners.providers import (
+    BaseProvider,
+    connection_error,
+    request_failure,
+    retry_after,
+    sdk,
+    sdk_kwargs,
+    sdk_retries,
+    status_error,
+    stream_lines,
+)
+
+# Result error types that say the request itself is at fault: sending it again cannot help.
+_FINAL = ("invalid_request_error", "authentication_error", "permission_error")
+
+
+def parse_result(line: Mapping[str, Any]) -> Outcome:
+    """A line of an Anthropic batch's results."""
+    custom_id, result = line["custom_id"], line["result"]
+    kind = result["type"]
+    if kind == "succeeded":
+        message = result["message"]
+        text = "".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
+        usage = message.get("usage") or {}
+        return Outcome(
+            custom_id,
+            "ok",
+            text,
+            message.get("stop_reason"),
+            usage.get("input_tokens", 0),
+            usage.get("output_tokens", 0),
+        )
+    if kind == "errored":
+        err = (result.get("error") or {}).get("error") or {}
+        return Outcome(
+            custom_id,
+            "error",
+            retryable=err.get("type") not in _FINAL,
+            error={"code": err.get("type"), "message": err.get("message")},
+        )
+    return Outcome(custom_id, "expired" if kind == "expired" else "cancelled", error={"code": kind, "message": None})
+
+
+class Anthropic(BaseProvider):
+    name = "anthropic"
+    request_format = "anthropic"
+    key_variables = ("NSPEC_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
+    package = "anthropic"
+
+    def shard_limits(self) -> ShardLimits:
+        return ShardLimits(100_000, 256 * 1000 * 1000)
+
+    def request_line(
+        self,
+        model: str,
+        custom_id: str,
+        system: str | None,
+        user: str,
+        prefill: str | None,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+        if system is not None:
+            body["system"] = system
+        messages = [{"role": "user", "content": user}]
+        if prefill is not None:
+            messages.append({"role": "assistant", "content": prefill})
+        body["messages"] = messages
+        body.update({k: v for k, v in params.items() if k != "max_tokens"})
+        return {"custom_id": custom_id, "params": body}
+
+    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def batches(self, creds: Credentials) -> AnthropicBatches:
+        return AnthropicBatches(creds)
+
+    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> AnthropicLive:
+        return AnthropicLive(creds)
+
+    def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders:
+        def pair(name: str) -> tuple[int | None, int | None]:
+            return (
+                _int(headers.get(f"anthropic-ratelimit-{name}-limit")),
+                _int(headers.get(f"anthropic-ratelimit-{name}-remaining")),
+            )
+
+        return RateHeaders(pair("requests"), pair("tokens"))
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | None:
+    """The SDK's exception as nspec's, or None when it is not the SDK's."""
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        headers = exc.response.headers
+        return status_error("anthropic", exc.status_code, str(exc.message), creds, model, retry_after(headers))
+    if isinstance(exc, anthropic.APIConnectionError) or type(exc).__module__.startswith(("httpx", "httpcore")):
+        return connection_error("anthropic", exc)
+    return None
+
+
+class AnthropicBatches:
+    """Anthropic's message batches."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self.client = sdk("anthropic", "anthropic").Anthropic(
+            api_key=creds.api_key, base_url=creds.base_url, max_retries=sdk_retries()
+        )
+
+    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            mapped = _error(self.creds, what, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def upload(self, shard: Path) -> str:
+        return ""  # nothing to upload: the shard's lines go into the create call
+
+    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
+        with open(shard, encoding="utf-8") as fh:
+            requests = [json.loads(line) for line in fh if line.strip()]
+        return str(self._call("message batches", self.client.messages.batches.create, requests=requests).id)
+
+    def find(self, metadata: dict[str, str], after: float) -> list[str]:
+        """Anthropic batches carry no metadata: candidates are batches created after the recorded intent (less a
+        minute of clock skew) with the shard's request count, oldest first."""
+        wanted = int(metadata["requests"])
+        found = []
+        for batch in self._call("message batches", self.client.messages.batches.list, limit=100):
+            created = batch.created_at.timestamp()
+            if created < after - 60:
+                break
+            c = batch.request_counts
+            if c.processing + c.succeeded + c.errored + c.canceled + c.expired == wanted:
+                found.append((created, str(batch.id)))
+        return [batch_id for _, batch_id in sorted(found)]
+
+    def poll(self, batch_id: str) -> BatchView:
+        b = self._call("message batches", self.client.messages.batches.retrieve, batch_id)
+        c = b.request_counts
+        total = c.processing + c.succeeded + c.errored + c.canceled + c.expired
+        return BatchView(str(b.id), b.processing_status, b.processing_status == "ended", total - c.processing, total)
+
+    def failure(self, batch_id: str) -> str:
+        return self.poll(batch_id).status
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        yield from stream_lines(lambda dest: self._fetch(view.batch_id, dest), folder, view.batch_id, parse_result)
+
+    def _fetch(self, batch_id: str, dest: Path) -> None:
+        def write() -> None:
+            with open(dest, "w", encoding="utf-8") as fh:
+                for result in self.client.messages.batches.results(batch_id):
+                    fh.write(json.dumps(result.model_dump(mode="json")) + "\n")
+
+        self._call("message batch results", write)
+
+    def cancel(self, batch_id: str) -> None:
+        self._call("message batches", self.client.messages.batches.cancel, batch_id)
+
+
+class AnthropicLive:
+    """One model's live messages (an async client; the SDK's retries off: the runner retries)."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self.client = sdk("anthropic", "anthropic").AsyncAnthropic(
+            api_key=creds.api_key, base_url=creds.base_url, max_retries=0
+        )
+
+    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
+        params = line["params"]
+        create = self.client.messages.create
+        try:
+            raw = await self.client.messages.with_raw_response.create(**sdk_kwargs(create, params))
+            parsed = raw.parse()
+            message = (await parsed if hasattr(parsed, "__await__") else parsed).model_dump(mode="json")
+        except Exception as exc:
+            mapped = _error(self.creds, str(params.get("model")), exc)
+            if mapped is None:
+                raise
+            failed = request_failure(line["custom_id"], mapped)
+            if failed is None:
+                raise mapped from None
+            return failed, None
+        result = {"custom_id": line["custom_id"], "result": {"type": "succeeded", "message": message}}
+        return parse_result(result), raw.headers
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+PROVIDER = Anthropic()

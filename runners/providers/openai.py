@@ -1,0 +1,273 @@
+"""OpenAI, and servers that speak its API (vLLM, llama.cpp, LM Studio...): `openai/<model>` and
+`openai-compatible/<model>`.
+
+- Requests: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {model, messages, ...params}}``,
+  at most 50,000 lines and 200 MB per file. OpenAI's own API takes `max_completion_tokens` (its reasoning models
+  refuse `max_tokens`); servers that speak its format take `max_tokens`.
+- Batches: upload the file, create the batch with the run's metadata (so an interrupted create is found again),
+  poll, download the output and error files. An OpenAI-compatible server has a batch API only with `batch_api: true`.
+- Tokens: tiktoken's `o200k_base` for gpt-4o, 4.1, 4.5, 5 and the o-series, `cl100k_base` for gpt-4 and 3.5, exact.
+- Rate limits: `x-ratelimit-{limit,remaining}-{requests,tokens}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from nspec.compiler.tokenizers import Tokenizer, encoding
+from nspec.errors import NspecError
+from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits
+from nspec.runners.providers import (
+    BaseProvider,
+    connection_error,
+    request_failure,
+    retry_after,
+    sdk,
+    sdk_kwargs,
+    sdk_retries,
+    status_error,
+    stream_lines,
+)
+
+URL = "/v1/chat/completions"
+# Model families on cl100k_base; every other OpenAI model uses o200k_base.
+_CL100K = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
+_O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
+
+
+def parse_result(line: Mapping[str, Any]) -> Outcome:
+    """A line of an OpenAI batch output or error file (or of `vllm run-batch`'s output, errors inline)."""
+    custom_id = line["custom_id"]
+    error, response = line.get("error"), line.get("response")
+    if error:
+        code = error.get("code")
+        status = "expired" if code == "batch_expired" else "cancelled" if code == "batch_cancelled" else "error"
+        return Outcome(custom_id, status, error={"code": code, "message": error.get("message")})
+    body = (response or {}).get("body") or {}
+    if not response or response.get("status_code") != 200:
+        err = body["error"] if isinstance(body.get("error"), dict) else body  # vLLM puts the error at the top
+        retryable = (response or {}).get("status_code", 500) >= 500 or (response or {}).get("status_code") == 429
+        return Outcome(
+            custom_id,
+            "error",
+            retryable=retryable,
+            error={
+                "code": err.get("code") or err.get("type") or str((response or {}).get("status_code")),
+                "message": err.get("message"),
+            },
+        )
+    choice = body["choices"][0]
+    usage = body.get("usage") or {}
+    message = choice["message"]
+    return Outcome(
+        custom_id,
+        "ok",
+        message.get("content") or message.get("refusal") or "",  # a refusal under structured output has no content
+        choice.get("finish_reason"),
+        usage.get("prompt_tokens", 0),
+        usage.get("completion_tokens", 0),
+    )
+
+
+class OpenAI(BaseProvider):
+    name = "openai"
+    request_format = OPENAI_CHAT
+    key_variables = ("NSPEC_OPENAI_API_KEY", "OPENAI_API_KEY")
+    package = "openai"
+    limit_key = "max_completion_tokens"
+
+    def shard_limits(self) -> ShardLimits:
+        return ShardLimits(50_000, 200 * 1000 * 1000)
+
+    def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
+        if setting is not None:
+            return super().tokenizer(model, setting)
+        return encoding("cl100k_base" if model.startswith(_CL100K) and not model.startswith(_O200K) else "o200k_base")
+
+    def request_line(
+        self,
+        model: str,
+        custom_id: str,
+        system: str | None,
+        user: str,
+        prefill: str | None,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        messages = [] if system is None else [{"role": "system", "content": system}]
+        messages.append({"role": "user", "content": user})
+        if prefill is not None:
+            messages.append({"role": "assistant", "content": prefill})
+        body: dict[str, Any] = {"model": model, "messages": messages}
+        if "max_tokens" not in params and "max_completion_tokens" not in params:
+            body[self.limit_key] = max_tokens
+        body.update(params)
+        return {"custom_id": custom_id, "method": "POST", "url": URL, "body": body}
+
+    def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        response_format = {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
+        return {"response_format": response_format, **params}
+
+    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def batches(self, creds: Credentials) -> OpenAIBatches:
+        return OpenAIBatches(self.name, creds)
+
+    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> OpenAILive:
+        return OpenAILive(self.name, creds)
+
+    def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders:
+        return RateHeaders(
+            (_int(headers.get("x-ratelimit-limit-requests")), _int(headers.get("x-ratelimit-remaining-requests"))),
+            (_int(headers.get("x-ratelimit-limit-tokens")), _int(headers.get("x-ratelimit-remaining-tokens"))),
+        )
+
+
+class OpenAICompatible(OpenAI):
+    """A server that speaks OpenAI's API at `base_url`: `max_tokens`, a batch API only when `batch_api: true`, no
+    structured output (not every server has it), and no key of its own (OpenAI's variables, as the SDK reads)."""
+
+    name = "openai-compatible"
+    limit_key = "max_tokens"
+    optional_batch = True
+    priced = False
+
+    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        issues = super().model_issues(entry)
+        if "base_url" not in entry:
+            issues.append(((), "an openai-compatible model needs `base_url`"))
+        if entry.get("mode") == "batch" and entry.get("batch_api") is not True:
+            issues.append((("mode",), "`mode: batch` on an openai-compatible server needs `batch_api: true`"))
+        return issues
+
+    def has_batch(self, entry: Mapping[str, Any]) -> bool:
+        return entry.get("batch_api") is True
+
+    def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
+        return BaseProvider.tokenizer(self, model, setting)  # a server's model: its tokenizer is not OpenAI's
+
+    def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(params)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _error(provider: str, creds: Credentials, model: str, exc: BaseException) -> NspecError | None:
+    """The SDK's exception as nspec's, or None when it is not the SDK's."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return status_error(
+            provider, exc.status_code, str(exc.message), creds, model, retry_after(exc.response.headers)
+        )
+    if isinstance(exc, openai.APIConnectionError) or type(exc).__module__.startswith(("httpx", "httpcore")):
+        return connection_error(provider, exc)  # also a body cut off mid-download
+    return None
+
+
+class OpenAIBatches:
+    """Files and batches, for OpenAI and OpenAI-compatible servers."""
+
+    def __init__(self, provider: str, creds: Credentials) -> None:
+        self.provider, self.creds = provider, creds
+        self.client = sdk("openai", provider).OpenAI(
+            api_key=creds.api_key, base_url=creds.base_url, max_retries=sdk_retries()
+        )
+
+    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            mapped = _error(self.provider, self.creds, what, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def upload(self, shard: Path) -> str:
+        with open(shard, "rb") as fh:
+            return str(self._call("batch files", self.client.files.create, file=(shard.name, fh), purpose="batch").id)
+
+    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
+        batch = self._call(
+            "batches",
+            self.client.batches.create,
+            input_file_id=file_id,
+            endpoint=URL,
+            completion_window="24h",
+            metadata=metadata,
+        )
+        return str(batch.id)
+
+    def find(self, metadata: dict[str, str], after: float) -> list[str]:
+        """Batches carrying exactly this metadata (newest first), created after ``after`` (Unix seconds)."""
+        found = []
+        for batch in self._call("batches", self.client.batches.list, limit=100):
+            if batch.created_at < after - 300:  # listed newest first: older ones cannot be ours
+                break
+            if batch.metadata and all(batch.metadata.get(k) == v for k, v in metadata.items()):
+                found.append(str(batch.id))
+        return found
+
+    def poll(self, batch_id: str) -> BatchView:
+        b = self._call("batches", self.client.batches.retrieve, batch_id)
+        counts = b.request_counts
+        done = (counts.completed + counts.failed) if counts else 0
+        files = tuple(f for f in (b.output_file_id, b.error_file_id) if f)
+        ended = b.status in ("completed", "failed", "expired", "cancelled")
+        return BatchView(str(b.id), b.status, ended, done, counts.total if counts else 0, files)
+
+    def failure(self, batch_id: str) -> str:
+        b = self._call("batches", self.client.batches.retrieve, batch_id)
+        errors = b.errors.data if b.errors and b.errors.data else []
+        return "; ".join(f"line {e.line}: {e.code}: {e.message}" for e in errors) or str(b.status)
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        for file_id in view.output_files:
+            yield from stream_lines(lambda dest, f=file_id: self._fetch(f, dest), folder, file_id, parse_result)
+
+    def _fetch(self, file_id: str, dest: Path) -> None:
+        self._call("batch files", lambda: self.client.files.content(file_id).write_to_file(dest))
+
+    def cancel(self, batch_id: str) -> None:
+        self._call("batches", self.client.batches.cancel, batch_id)
+
+
+class OpenAILive:
+    """One model's live chat completions (an async client; the SDK's retries off: the runner retries)."""
+
+    def __init__(self, provider: str, creds: Credentials) -> None:
+        self.provider, self.creds = provider, creds
+        self.client = sdk("openai", provider).AsyncOpenAI(api_key=creds.api_key, base_url=creds.base_url, max_retries=0)
+
+    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
+        body = line["body"]
+        create = self.client.chat.completions.create
+        try:
+            raw = await self.client.chat.completions.with_raw_response.create(**sdk_kwargs(create, body))
+            parsed = raw.parse()
+            completion = (await parsed if hasattr(parsed, "__await__") else parsed).model_dump(mode="json")
+        except Exception as exc:
+            mapped = _error(self.provider, self.creds, str(body.get("model")), exc)
+            if mapped is None:
+                raise
+            failed = request_failure(line["custom_id"], mapped)
+            if failed is None:
+                raise mapped from None
+            return failed, None
+        response = {"status_code": 200, "body": completion}
+        return parse_result({"custom_id": line["custom_id"], "response": response}), raw.headers
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+PROVIDER = OpenAI()
+COMPATIBLE = OpenAICompatible()
