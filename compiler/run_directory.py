@@ -19,13 +19,12 @@ from typing import IO, Any
 
 from ruamel.yaml import YAML
 
-from nspec import __version__
+from nspec import __version__, jsonl
 from nspec.errors import CompileError
 
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model
 from .haystack import HaystackSource, load_haystack
 from .prices import price_for, price_table
-from .requests import encode_line
 
 FORMAT_VERSION = 1
 
@@ -312,8 +311,8 @@ def _write(
     seen: set[str] = set()
     with open(folder / "cells.jsonl", "wb") as cells_file:
         for cell in _unique(maker.cells(), seen):
-            shard = writers[cell.model.label].write(encode_line(cell.request))
-            cells_file.write(encode_line({**cell.record, "shard": shard}))
+            shard = writers[cell.model.label].write(jsonl.encode(cell.request))
+            cells_file.write(jsonl.encode({**cell.record, "shard": shard}))
             totals[cell.model.label].add(cell)
     for label, writer in writers.items():
         writer.close()

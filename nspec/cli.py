@@ -9,16 +9,28 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from nspec import __version__
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError
 from nspec.provenance import describe, summary
+from nspec.runners.events import Event
 from nspec.spec import load_spec, schema_path
 
 app = typer.Typer(
@@ -40,7 +52,7 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-_TEXT_COLUMNS = ("model", "mode", "tokenizer", "prompt", "question")
+_TEXT_COLUMNS = ("model", "mode", "tokenizer", "prompt", "question", "provider", "lanes", "key", "sdk", "tokens")
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -184,13 +196,12 @@ def compile_command(
     out: Annotated[str, typer.Option("-o", "--out", help="Root folder of run directories.")] = "outputs",
 ) -> None:
     """Write the run directory (outputs/<name>/<run id>) with cells and provider request files; print its path."""
-    from nspec.compiler.run_directory import compile_run
+    from nspec.runners import pipeline
 
-    loaded = load_spec(spec)
-    result = compile_run(loaded.data, loaded.base_dir, out, describe(loaded))
-    if not result.created:
+    compiled = pipeline.compile_spec(spec, out)
+    if not compiled.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
-    _stdout().print(str(result.path), markup=False)
+    _stdout().print(str(compiled.path), markup=False)
 
 
 def _usd(value: float | None) -> str:
@@ -200,19 +211,16 @@ def _usd(value: float | None) -> str:
 @app.command()
 def submit(run: Annotated[str, typer.Argument(help="The run directory (printed by nspec compile).")]) -> None:
     """Upload and create batches for pending shards, and run live models; safe to repeat."""
-    from nspec.runners.session import Session
+    from nspec.runners import pipeline
 
-    session = Session.open(run)
-    try:
-        progress = session.submit()
-    finally:
-        session.close()
+    with _Progress() as events:
+        sent = pipeline.submit(run, events)
     out = _stdout()
-    for batch_id in progress.created:
+    for batch_id in sent.created:
         out.print(f"created batch {batch_id}", markup=False)
-    for batch_id in progress.adopted:
+    for batch_id in sent.adopted:
         out.print(f"found batch {batch_id} again (created before an interruption)", markup=False)
-    _finish(progress.pending, progress.failed)
+    _finish(sent.pending, sent.failed)
 
 
 @app.command()
@@ -221,25 +229,16 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """What is pending, done and failed, per model; batches with provider status and age; tokens and cost so far."""
-    from nspec.runners.grading.scoring import verdict_counts
-    from nspec.runners.rundir import Run
-    from nspec.runners.session import Session, stages
+    from nspec.runners import pipeline
 
-    reports = []
-    for stage in stages(Run(run)):
-        session = Session.open(run, stage=stage)
-        try:
-            reports.append(session.status())
-        finally:
-            session.close()
-    scores = verdict_counts(Run(run))
+    state = pipeline.status(run)
     if as_json:
-        _print_json({"run": run, "stages": reports, "scores": scores})
+        _print_json(state)
         return
-    for report in reports:
+    for report in state["stages"]:
         _print_status(report)
-    if scores:
-        _stdout().print("scores: " + _verdicts(scores), markup=False)
+    if state["scores"]:
+        _stdout().print("scores: " + _verdicts(state["scores"]), markup=False)
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -295,33 +294,23 @@ def collect(
     """Download finished results into answers/results.jsonl; resubmit failed and expired requests per the retry
     policy. With --from, import results computed elsewhere instead. Exit 3 while requests are pending, 4 if some
     ended without an answer."""
-    from nspec.runners.rundir import Run
-    from nspec.runners.session import Session, stages
+    from nspec.runners import pipeline
 
     if from_file is not None:
-        from pathlib import Path
-
-        from nspec.runners.importer import import_results
-
-        report = import_results(Run(run), Path(from_file))
+        imported = pipeline.collect_from(run, from_file)
         _stdout().print(
-            f"{report.written} results imported, {report.already} already "
-            f"there, {report.unknown} lines not of this run; {report.missing} requests still without a "
+            f"{imported.written} results imported, {imported.already} already "
+            f"there, {imported.unknown} lines not of this run; {imported.missing} requests still without a "
             "result",
             markup=False,
         )
-        _finish(report.missing, report.failed)
+        _finish(imported.missing, imported.failed)
         return
-    pending = failed = 0
-    for stage in stages(Run(run)):
-        session = Session.open(run, stage=stage)
-        try:
-            progress = session.collect(wait, _waiting)
-        finally:
-            session.close()
-        _stdout().print(f"{stage}: {progress.collected} results collected", markup=False)
-        pending, failed = pending + progress.pending, failed + progress.failed
-    _finish(pending, failed)
+    with _Progress() as events:
+        got = pipeline.collect(run, wait, events)
+    for stage, n in got.collected.items():
+        _stdout().print(f"{stage}: {n} results collected", markup=False)
+    _finish(got.pending, got.failed)
 
 
 @app.command()
@@ -330,12 +319,13 @@ def score(
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,
 ) -> None:
     """Grade every answer: deterministic scorers first, then the spec's judges (a second batch stage) for what they
-    leave undecided; scores.jsonl. Exit 3 while judge requests are pending."""
-    from nspec.runners.session import grade
+    leave undecided; scores.jsonl. Exit 3 while judge requests are pending, 4 if judges gave too few verdicts."""
+    from nspec.runners import pipeline
 
-    counts, pending = grade(run, wait, _waiting)
-    _stdout().print(_verdicts(counts) or "nothing to score yet", markup=False)
-    _finish_grading(counts, pending)
+    with _Progress() as events:
+        scored = pipeline.score(run, wait, events)
+    _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
+    _finish_grading(scored)
 
 
 @app.command()
@@ -346,14 +336,12 @@ def rescore(
 ) -> None:
     """Grade a run again with a changed scoring section, without asking the tested models again; only judge
     requests not made before are sent."""
-    from nspec.runners.rundir import Run
-    from nspec.runners.session import grade, set_scoring
+    from nspec.runners import pipeline
 
-    loaded = load_spec(spec)
-    set_scoring(Run(run), loaded.data)
-    counts, pending = grade(run, wait, _waiting)
-    _stdout().print(_verdicts(counts) or "nothing to score yet", markup=False)
-    _finish_grading(counts, pending)
+    with _Progress() as events:
+        scored = pipeline.rescore(run, spec, wait, events)
+    _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
+    _finish_grading(scored)
 
 
 @app.command()
@@ -364,12 +352,9 @@ def report(
     out: Annotated[str | None, typer.Option("-o", "--out", help="Folder (default: the first run's report/).")] = None,
 ) -> None:
     """Build the report: index.html (works offline), one PNG per chart, summary.csv."""
-    from pathlib import Path
+    from nspec.runners import pipeline
 
-    from nspec.runners.report import build_report
-    from nspec.runners.rundir import Run
-
-    _stdout().print(str(build_report([Run(r) for r in runs], Path(out) if out else None)), markup=False)
+    _stdout().print(str(pipeline.report(list(runs), out)), markup=False)
 
 
 @app.command(name="run")
@@ -380,30 +365,18 @@ def run_command(
 ) -> None:
     """Compile, submit, collect, score and report; running it again continues where it stopped.
     Exit 3 while batches are pending (for cron: run again later)."""
-    from nspec.compiler.run_directory import compile_run
-    from nspec.runners.report import build_report
-    from nspec.runners.rundir import Run
-    from nspec.runners.session import Session, grade
+    from nspec.runners import pipeline
 
-    loaded = load_spec(spec)
-    path = compile_run(loaded.data, loaded.base_dir, out, describe(loaded)).path
     console = _stdout()
-    console.print(f"run directory: {path}", markup=False)
-    session = Session.open(str(path))
-    try:
-        session.submit()
-        progress = session.collect(wait, _waiting)
-    finally:
-        session.close()
-    if progress.pending:
-        _finish(progress.pending, progress.failed)
-    counts, judging = grade(str(path), wait, _waiting)
-    console.print("scores: " + _verdicts(counts), markup=False)
-    if judging:
-        _finish(judging, 0)
-    console.print(f"report: {build_report([Run(path)])}", markup=False)
-    _finish(progress.pending, progress.failed)
-    _finish_grading(counts, 0)
+    with _Progress() as events:
+        ran = pipeline.run(spec, out, wait, events)
+    if ran.scored is not None:
+        console.print("scores: " + _verdicts(ran.scored.counts), markup=False)
+    if ran.report is not None:
+        console.print(f"report: {ran.report}", markup=False)
+    _finish(ran.pending, ran.collected.failed)
+    if ran.scored is not None:
+        _finish_grading(ran.scored)
 
 
 @app.command()
@@ -555,27 +528,69 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def _waiting(pending: int, delay: float) -> None:
-    _stderr().print(f"{pending} requests pending; polling again in {delay:.0f}s", markup=False)
-
-
 def _verdicts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
 
 
-def _finish_grading(counts: dict[str, int], pending: int) -> None:
+def _finish_grading(scored: Any) -> None:
     """Exit 3 while judges are pending; 4 when cells have no verdict because too few judges gave one."""
-    from nspec.runners.grading.scoring import JUDGE_ERROR
-
-    _finish(pending, 0)
-    errors = counts.get(JUDGE_ERROR, 0)
-    if errors:
+    _finish(scored.pending, 0)
+    if scored.judge_errors:
+        n = scored.judge_errors
         _stderr().print(
-            f"{errors} cell{'s' * (errors != 1)} without a verdict: too few judges gave one (errors, refusals or "
+            f"{n} cell{'s' * (n != 1)} without a verdict: too few judges gave one (errors, refusals or "
             "unreadable replies, asked again as often as run.retry.attempts allows); see scores.jsonl",
             markup=False,
         )
         raise typer.Exit(4)
+
+
+class _Rate(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:.1f}/s" if task.speed else "-/s")
+
+
+class _Progress:
+    """Renders a stage's events: the run directory as soon as it is known, a progress bar of live and local
+    requests on a terminal (done/total, rate, ETA, cost), and each wait for pending batches."""
+
+    def __init__(self) -> None:
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> Callable[[Event], None]:
+        return self.show
+
+    def show(self, event: Event) -> None:
+        if event.name == "compiled":
+            _stdout().print(f"run directory: {event.detail}", markup=False)
+        elif event.name == "waiting":
+            _stderr().print(f"{event.pending} requests pending; polling again in {event.delay:.0f}s", markup=False)
+        elif event.name == "live-start" and sys.stderr.isatty():
+            self.bar = Progress(
+                TextColumn(event.kind),
+                BarColumn(),
+                MofNCompleteColumn(),
+                _Rate(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[cost]}"),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(event.stage, total=event.total, cost="$0")
+        elif event.name == "live-result" and self.bar is not None and self.task is not None:
+            self.bar.update(self.task, advance=1, cost=f"${event.cost_usd:.4f}")
+        elif event.name == "live-end":
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
 
 
 def _finish(pending: int, failed: int) -> None:
@@ -619,6 +634,32 @@ def emulator(
         markup=False,
     )
     server.serve_forever()
+
+
+@app.command(name="providers")
+def providers_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """The installed providers: how their models run (batch, live, local), the key variable, whether the SDK is
+    installed, and whether token counts are exact or estimated."""
+    from nspec.providers import catalog
+
+    rows = catalog()
+    if as_json:
+        _print_json(rows)
+        return
+    table = _table("providers", ("provider", "lanes", "key", "sdk", "tokens"))
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["provider"], "", "", "", row["error"])
+            continue
+        variables = row["key_variables"]
+        key = " or ".join(variables) or "none needed"
+        if row["key_set"]:
+            key = f"{row['key_set']} (set)"
+        sdk = "-" if row["sdk"] is None else row["sdk"] if row["sdk_installed"] else f"missing: {row['install']}"
+        table.add_row(row["provider"], ", ".join(row["lanes"]), key, sdk, row["token_counts"])
+    _stdout().print(table)
 
 
 @app.command()

@@ -9,10 +9,11 @@
     │       ├── PermissionDenied       the key may not use this model or endpoint (403)
     │       ├── ModelNotFound          the provider has no such model (404)
     │       └── BadRequest             the provider refused a request as malformed (400, 422)
-    └── ProviderError          a provider call failed in a way that trying again later may fix (exit 3)
-        ├── RateLimited        429: the provider asked us to wait
-        ├── ServerError        5xx, overloaded
-        └── ConnectionFailed   no response, or a body cut off mid-way
+    ├── ProviderError          a provider call failed in a way that trying again later may fix (exit 3)
+    │   ├── RateLimited        429: the provider asked us to wait
+    │   ├── ServerError        5xx, overloaded
+    │   └── ConnectionFailed   no response, or a body cut off mid-way
+    └── RunBusy                another nspec process is working on the run directory (exit 3: run again later)
 
 Providers map their SDK's exceptions into this tree at the boundary (`nspec.providers.Provider.error`); the runners
 retry what is transient and stop on a refusal before making more calls, recording nothing as an answer. The CLI
@@ -133,3 +134,10 @@ class ServerError(ProviderError):
 
 class ConnectionFailed(ProviderError):
     """No response, or a response body cut off mid-way."""
+
+
+class RunBusy(NspecError):
+    """Another nspec process is submitting, collecting, scoring or reporting in the same run directory. Run again
+    once it is done (a cron job simply tries again at its next turn)."""
+
+    exit_code = 3

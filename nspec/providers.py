@@ -14,8 +14,9 @@ Entry points are loaded on first use, so a broken plugin only matters to specs t
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -44,15 +45,6 @@ class Outcome:
     output_tokens: int = 0
     error: dict[str, Any] | None = None
     retryable: bool = True  # for errors: whether sending again may help
-
-    def as_result(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "text": self.text,
-            "finish_reason": self.finish_reason,
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
-            "error": self.error,
-        }
 
 
 @dataclass(frozen=True)
@@ -138,6 +130,26 @@ class Provider(Protocol):
         ...
 
     @property
+    def package(self) -> str | None:
+        """The import name of the SDK its I/O needs (None: it needs none)."""
+        ...
+
+    @property
+    def install_hint(self) -> str:
+        """The command that installs that SDK."""
+        ...
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """How its models can run, in words: `batch`, `live`, `local`, or a condition (`nspec providers` shows it)."""
+        ...
+
+    @property
+    def token_counts(self) -> str:
+        """How its models' tokens are counted unless a spec says otherwise: `exact (...)` or `estimated (...)`."""
+        ...
+
+    @property
     def own_tokenizer(self) -> bool:
         """Whether `tokenizer: model` (the model's own tokenizer) is available."""
         ...
@@ -177,6 +189,11 @@ class Provider(Protocol):
         max_tokens: int,
     ) -> dict[str, Any]:
         """The batch input line of one request: exactly what is uploaded (and what a live call sends)."""
+        ...
+
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        """Input tokens (as ``count`` counts them) plus the answer budget of one of its request lines: what the
+        provider's token-per-minute limits charge, for pacing live calls."""
         ...
 
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,3 +264,31 @@ def credentials(entry: Mapping[str, Any]) -> Credentials:
     if found is None:
         raise AuthenticationFailed(name, label, f"no API key for {label}: set {' or '.join(candidates)}")
     return Credentials(os.environ[found], entry.get("base_url"), found)
+
+
+def catalog() -> list[dict[str, Any]]:
+    """Every registered provider as `nspec providers` shows it: how its models run, the variables its key is read
+    from (and which is set; never the key), whether its SDK is installed, and how it counts tokens. A provider that
+    fails to load is listed with its error."""
+    rows: list[dict[str, Any]] = []
+    for name in names():
+        try:
+            api = provider(name)
+        except UserError as exc:
+            rows.append({"provider": name, "error": str(exc)})
+            continue
+        found = next((v for v in api.key_variables if os.environ.get(v)), None)
+        package = api.package
+        rows.append(
+            {
+                "provider": name,
+                "lanes": list(api.lanes),
+                "key_variables": list(api.key_variables),
+                "key_set": found,
+                "sdk": package,
+                "sdk_installed": package is None or importlib.util.find_spec(package) is not None,
+                "install": None if package is None else api.install_hint,
+                "token_counts": api.token_counts,
+            }
+        )
+    return rows

@@ -2,13 +2,13 @@
 
 Crash safety. Every remote call is bracketed by ledger writes, so resuming after a kill at any point is safe:
 - killed after an upload, before recording it: the file is uploaded again (files cost nothing; the orphan is inert);
-- killed after a create call, before recording the batch: the job is in `creating`, and resuming looks the batch up
-  before creating one. OpenAI batches carry the run id, shard hash and attempt in their metadata, so the match is
-  exact. Anthropic batches carry no metadata: the candidates are batches created after the recorded intent (less a
-  minute of clock skew) with the shard's request count and not already claimed by another job; the oldest is
-  adopted. Jobs are created one at a time, so a second candidate means someone else created a batch of the same size
-  in the same minutes; the adopted batch is confirmed by its custom_ids when it is collected, and a batch whose
-  custom_ids are not the shard's is released and the shard submitted again;
+- killed after a create call, before recording the batch: the job is in `creating`, and resuming asks the provider
+  for the batch (`BatchClient.find`) before creating one. Where batches carry metadata (the run id, shard hash and
+  attempt), the match is exact; where they carry none, the candidates are batches created after the recorded intent
+  with the shard's request count and not already claimed by another job, and the first is adopted. Jobs are created
+  one at a time, so a second candidate means someone else created a batch of the same size in the same minutes; the
+  adopted batch is confirmed by its custom_ids when it is collected, and a batch whose custom_ids are not the shard's
+  is released and the shard submitted again;
 - killed while downloading or parsing: the job is not yet `collected`, so it is downloaded again; results already
   written are kept and not written twice (`ResultsFile`).
 """
@@ -24,7 +24,7 @@ from nspec.errors import ProviderError
 from nspec.providers import BatchClient, Outcome, credentials, provider
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Job, Ledger
-from nspec.runners.rundir import ResultsFile, Run, register_shards, shard_lines
+from nspec.runners.rundir import ResultsFile, Run, record_outcome, register_shards, shard_lines
 
 
 @dataclass
@@ -125,11 +125,11 @@ class BatchRunner:
             reason = client.failure(job.batch_id)
             for cid in sorted(expected):
                 refused = Outcome(cid, "error", error={"code": "batch_failed", "message": reason}, retryable=False)
-                self._final(results, cid, job, refused, progress)
+                self._final(results, job, refused, progress)
             self.ledger.update_job(job.id, state="failed", error=reason)
             return
         seen = 0
-        for outcome in client.download(view, self.run.path / self.stage / "downloads"):
+        for outcome in client.download(view, self.run.paths.downloads(self.stage)):
             if outcome.custom_id not in expected:
                 continue  # a line already handled before an interruption, or a batch that is not ours
             seen += 1
@@ -159,22 +159,13 @@ class BatchRunner:
         if row["state"] in ("done", "failed"):
             return
         if outcome.status == "ok" or not outcome.retryable or row["attempts"] >= max_attempts:
-            self._final(results, outcome.custom_id, job, outcome, progress)
+            self._final(results, job, outcome, progress)
         else:
             self.ledger.mark_retry([outcome.custom_id], row["shard"])
 
-    def _final(self, results: ResultsFile, custom_id: str, job: Job, outcome: Outcome, progress: Progress) -> None:
-        record = {
-            "cell_id": custom_id,
-            "stage": self.stage,
-            "model": job.model,
-            **outcome.as_result(),
-            "source": {"kind": "batch", "batch_id": job.batch_id, "attempt": job.attempt},
-        }
-        results.append(record)
-        state = "done" if outcome.status == "ok" else "failed"
-        error = None if outcome.error is None else str(outcome.error.get("code"))
-        self.ledger.finish(custom_id, state, error, outcome.input_tokens, outcome.output_tokens, "batch")
+    def _final(self, results: ResultsFile, job: Job, outcome: Outcome, progress: Progress) -> None:
+        source = {"kind": "batch", "batch_id": job.batch_id, "attempt": job.attempt}
+        record_outcome(results, self.ledger, self.stage, job.model, outcome, source)
         progress.collected += 1
 
     def _resubmit(self, live_below: int, progress: Progress) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nspec.errors import UserError
 from nspec.providers import OPENAI_CHAT, names, provider
-from nspec.runners.rundir import ResultsFile, Run, shard_lines
+from nspec.runners.rundir import ResultsFile, Run, record_outcome, shard_lines
 
 
 @dataclass
@@ -34,14 +34,14 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
     for model in run.models(stage):
         if provider(model.provider).request_format != OPENAI_CHAT:
             continue  # only OpenAI-format shards can have been run by such an engine
-        for shard in model.shards:
-            for cid, _ in shard_lines(run.path / shard["file"]):
-                owner[cid] = (model.label, shard["file"])
+        for compiled in model.shards:
+            for cid, _ in shard_lines(run.path / compiled["file"]):
+                owner[cid] = (model.label, compiled["file"])
     parse_output = next((provider(n).parse_result for n in names() if provider(n).request_format == OPENAI_CHAT), None)
     if parse_output is None:
         raise UserError("no installed provider reads OpenAI batch-output lines")
     ledger = run.ledger()
-    results = ResultsFile(run.path / stage / "results.jsonl")
+    results = ResultsFile(run.paths.results(stage))
     report = Imported()
     try:
         registered = {j.shard for j in ledger.jobs(stage)}
@@ -62,20 +62,10 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
                     sha = next(s["sha256"] for m in run.models(stage) for s in m.shards if s["file"] == shard)
                     ledger.add_job(stage, label, "import", shard, sha, ids, 1)
                     registered.add(shard)
-                record = {
-                    "cell_id": outcome.custom_id,
-                    "stage": stage,
-                    "model": label,
-                    **outcome.as_result(),
-                    "source": {"kind": "import", "file": source.name},
-                }
-                if not results.append(record):
+                if record_outcome(results, ledger, stage, label, outcome, {"kind": "import", "file": source.name}):
+                    report.written += 1
+                else:
                     report.already += 1
-                    continue
-                report.written += 1
-                state = "done" if outcome.status == "ok" else "failed"
-                error = None if outcome.error is None else str(outcome.error.get("code"))
-                ledger.finish(outcome.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, "import")
         report.missing = len(set(owner) - results.ids)
         report.failed = sum(e["states"].get("failed", 0) for e in ledger.counts(stage).values())
     finally:

@@ -18,41 +18,71 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY,
-    stage TEXT NOT NULL,
-    model TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    shard TEXT NOT NULL,
-    shard_sha256 TEXT NOT NULL,
-    requests INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    file_id TEXT,
-    batch_id TEXT UNIQUE,
-    provider_status TEXT,
-    intent_at REAL,
-    created_at REAL,
-    collected_at REAL,
-    error TEXT,
-    UNIQUE (shard, attempt)
-);
-CREATE TABLE IF NOT EXISTS requests (
-    custom_id TEXT PRIMARY KEY,
-    stage TEXT NOT NULL,
-    model TEXT NOT NULL,
-    shard TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    job_id INTEGER,
-    error TEXT,
-    input_tokens INTEGER NOT NULL DEFAULT 0,
-    output_tokens INTEGER NOT NULL DEFAULT 0,
-    source TEXT
-);
-CREATE INDEX IF NOT EXISTS requests_by_state ON requests (stage, model, state);
-"""
+from nspec.errors import UserError
+
+# The ledger's schema, as ordered migrations: MIGRATIONS[i] brings a ledger from version i to i + 1, and the version
+# reached is kept in SQLite's `user_version`. A ledger made before versions were recorded (tables, user_version 0)
+# has the first migration's tables, which are written so that running it again changes nothing. Append new
+# migrations; never edit one that has shipped, so a run directory made by this version opens in the next.
+MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS jobs (
+        id INTEGER PRIMARY KEY,
+        stage TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        shard TEXT NOT NULL,
+        shard_sha256 TEXT NOT NULL,
+        requests INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        file_id TEXT,
+        batch_id TEXT UNIQUE,
+        provider_status TEXT,
+        intent_at REAL,
+        created_at REAL,
+        collected_at REAL,
+        error TEXT,
+        UNIQUE (shard, attempt)
+    );
+    CREATE TABLE IF NOT EXISTS requests (
+        custom_id TEXT PRIMARY KEY,
+        stage TEXT NOT NULL,
+        model TEXT NOT NULL,
+        shard TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        job_id INTEGER,
+        error TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        source TEXT
+    );
+    CREATE INDEX IF NOT EXISTS requests_by_state ON requests (stage, model, state);
+    """,
+    # 2: a created batch marks its shard's requests submitted; without this index that update scans every request.
+    "CREATE INDEX requests_by_shard ON requests (shard, state);",
+)
+VERSION = len(MIGRATIONS)
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the ledger at ``path`` to `VERSION`, one migration per transaction."""
+    while True:
+        with db:
+            db.execute("BEGIN IMMEDIATE")  # one process migrates; another waits, then finds nothing left to do
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > VERSION:
+                raise UserError(
+                    f"{path}: this ledger has schema version {version}, made by a newer nspec (this one reads up "
+                    f"to {VERSION}); upgrade nspec to continue this run"
+                )
+            if version == VERSION:
+                return
+            for statement in MIGRATIONS[version].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {version + 1}")
 
 
 @dataclass(frozen=True)
@@ -80,7 +110,11 @@ class Ledger:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(_SCHEMA)
+        try:
+            migrate(self.db, path)
+        except BaseException:
+            self.db.close()
+            raise
 
     def close(self) -> None:
         self.db.close()

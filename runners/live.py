@@ -10,13 +10,13 @@ is appended as it arrives, so a crash loses only the requests in flight.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nspec.compiler.tokenizers import encoding
 from nspec.errors import ProviderError, RateLimited
 from nspec.providers import Credentials, Outcome, RateHeaders, provider
 
@@ -203,9 +203,7 @@ async def run_live(
     return sum(c.rate_limited for c in callers.values())
 
 
-def request_tokens(line: dict[str, Any], count: Callable[[str], int]) -> int:
-    """Input tokens plus the answer budget of a compiled request line, for pacing."""
-    body = line.get("body") or line.get("params") or {}
-    text = json.dumps(body.get("messages", [])) + json.dumps(body.get("system", ""))
-    budget = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    return count(text) + int(budget)
+def request_tokens(provider_name: str, line: Mapping[str, Any]) -> int:
+    """Input tokens plus the answer budget of a compiled request line, for pacing (counted with o200k: a proxy
+    where the provider counts its own way, close enough to keep under a per-minute budget)."""
+    return provider(provider_name).request_size(line, encoding("o200k_base").count)

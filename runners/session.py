@@ -5,28 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
-from rich.text import Text
-
 from nspec.compiler.prices import price_for
-from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError
 from nspec.providers import Outcome, credentials
 from nspec.runners.batch import BatchRunner
 from nspec.runners.batch import Progress as RunProgress
+from nspec.runners.events import Event, Listener, ignore
 from nspec.runners.failpoints import failpoint
 from nspec.runners.grading.judging import compile_judges
 from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
-from nspec.runners.rundir import SCORING_OVERRIDE, ResultsFile, Run, RunModel, register_shards, shard_lines
+from nspec.runners.rundir import ResultsFile, Run, RunModel, record_outcome, register_shards, shard_lines
 
 # Modes whose requests go one by one from this process: live calls, and the local engine.
 _DIRECT = ("live", "local")
@@ -39,9 +33,10 @@ class Session:
     batch: BatchRunner
     callers: dict[str, CallerSettings]
     stage: str
+    events: Listener = field(default=ignore)
 
     @classmethod
-    def open(cls, path: str, live_backoff: float = 0.5, stage: str = "answers") -> Session:
+    def open(cls, path: str, live_backoff: float = 0.5, stage: str = "answers", events: Listener = ignore) -> Session:
         """Open a run; every key and package is checked here, before anything is sent."""
         run = Run(path)
         ledger = run.ledger()
@@ -53,7 +48,7 @@ class Session:
             )
             for m in run.models(stage)
         }
-        return cls(run, ledger, batch, callers, stage)
+        return cls(run, ledger, batch, callers, stage, events)
 
     def close(self) -> None:
         self.ledger.close()
@@ -61,7 +56,7 @@ class Session:
     def submit(self) -> RunProgress:
         progress = RunProgress()
         self.batch.submit(progress)
-        results = ResultsFile(self.run.path / self.stage / "results.jsonl")
+        results = ResultsFile(self.run.paths.results(self.stage))
         try:
             self._live([m for m in self.run.models(self.stage) if m.mode in _DIRECT], results, progress)
         finally:
@@ -69,15 +64,14 @@ class Session:
         self._count(progress)
         return progress
 
-    def collect(self, wait: bool = False, on_wait: Callable[[int, float], None] | None = None) -> RunProgress:
+    def collect(self, wait: bool = False) -> RunProgress:
         """Collect what is ready; with ``wait``, poll on the spec's backing-off schedule until nothing is pending
-        (``on_wait(pending, delay)`` is told before each sleep)."""
+        (a `waiting` event before each sleep)."""
         progress = self._collect_once()
         low, high = self.poll_schedule()
         delay = low
         while wait and progress.pending:
-            if on_wait is not None:
-                on_wait(progress.pending, delay)
+            self.events(Event("waiting", self.stage, pending=progress.pending, delay=delay))
             time.sleep(delay)
             progress = self._collect_once()
             delay = min(high, delay * 1.5)
@@ -85,7 +79,7 @@ class Session:
 
     def _collect_once(self) -> RunProgress:
         progress = RunProgress()
-        results = ResultsFile(self.run.path / self.stage / "results.jsonl")
+        results = ResultsFile(self.run.paths.results(self.stage))
         try:
             self.batch.collect(results, progress)
             if progress.live:
@@ -132,7 +126,7 @@ class Session:
                 for cid, raw in shard_lines(self.run.path / s["file"]):
                     if cid in ids:
                         line = json.loads(raw)
-                        tokens = request_tokens(line, encoding("o200k_base").count)
+                        tokens = request_tokens(model.provider, line)
                         requests.append(LiveRequest(cid, label, model.provider, line, tokens))
         if not requests:
             return
@@ -141,33 +135,24 @@ class Session:
         cost = [0.0]
 
         def record(request: LiveRequest, outcome: Outcome) -> None:
-            results.append(
-                {
-                    "cell_id": request.custom_id,
-                    "stage": self.stage,
-                    "model": request.model,
-                    **outcome.as_result(),
-                    "source": {"kind": kind[request.model]},
-                }
-            )
-            state = "done" if outcome.status == "ok" else "failed"
-            error = None if outcome.error is None else str(outcome.error.get("code"))
-            self.ledger.finish(
-                request.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, kind[request.model]
-            )
+            record_outcome(results, self.ledger, self.stage, request.model, outcome, {"kind": kind[request.model]})
             progress.collected += 1
             price = prices.get(request.model)
             if price is not None:
                 cost[0] += price.cost(outcome.input_tokens, outcome.output_tokens, batch=False)
             failpoint("live-result")
 
-        with _progress_bar(len(requests), "/".join(sorted(set(kind.values())))) as advance:
+        label = "/".join(sorted(set(kind.values())))
+        self.events(Event("live-start", self.stage, label, total=len(requests)))
 
-            def on_result(request: LiveRequest, outcome: Outcome) -> None:
-                record(request, outcome)
-                advance(f"${cost[0]:.4f}")
+        def on_result(request: LiveRequest, outcome: Outcome) -> None:
+            record(request, outcome)
+            self.events(Event("live-result", self.stage, label, cost_usd=cost[0]))
 
+        try:
             progress.rate_limited += asyncio.run(run_live(self.callers, requests, on_result))
+        finally:
+            self.events(Event("live-end", self.stage, label))
 
     def poll_schedule(self) -> tuple[float, float]:
         poll = self.run.spec.get("run", {}).get("poll", {})
@@ -216,48 +201,13 @@ class Session:
         return {"run": str(self.run.path), "run_id": self.run.run_id, "stage": self.stage, "models": models}
 
 
-class _Rate(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        return Text(f"{task.speed:.1f}/s" if task.speed else "-/s")
-
-
-class _progress_bar:
-    """A rich progress bar on a terminal (done/total, rate, ETA, cost); silent otherwise."""
-
-    def __init__(self, total: int, label: str) -> None:
-        self.total, self.label = total, label
-        self.bar: Progress | None = None
-
-    def __enter__(self) -> Callable[[str], None]:
-        if not sys.stderr.isatty():
-            return lambda cost: None
-        self.bar = Progress(
-            TextColumn(self.label),
-            BarColumn(),
-            MofNCompleteColumn(),
-            _Rate(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[cost]}"),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.bar.start()
-        task = self.bar.add_task("live", total=self.total, cost="$0")
-        bar = self.bar
-        return lambda cost: bar.update(task, advance=1, cost=cost)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 def stages(run: Run) -> list[str]:
     """The stages a run has so far: answers, and judge once it is compiled."""
     return ["answers"] + (["judge"] if run.models("judge") else [])
 
 
 def grade(
-    path: str, wait: bool = False, on_wait: Callable[[int, float], None] | None = None, live_backoff: float = 0.5
+    path: str, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5
 ) -> tuple[dict[str, int], int]:
     """Score deterministically; send what the scorers leave to the judges through the judge stage, and ask again
     judges whose replies held no verdict (while the retry attempts last); fold the votes in. Returns the verdict
@@ -269,10 +219,10 @@ def grade(
         written = compile_judges(run)
         if not run.models("judge") or (rounds and not written):
             break
-        session = Session.open(path, live_backoff, stage="judge")
+        session = Session.open(path, live_backoff, stage="judge", events=events)
         try:
             session.submit()
-            pending = session.collect(wait, on_wait).pending
+            pending = session.collect(wait).pending
         finally:
             session.close()
         rounds += 1
@@ -303,4 +253,4 @@ def set_scoring(run: Run, spec: dict[str, Any]) -> None:
         )
     text = io.StringIO()
     YAML(typ="safe", pure=True).dump(spec["scoring"], text)
-    (run.path / SCORING_OVERRIDE).write_text(text.getvalue(), encoding="utf-8")
+    run.paths.scoring_override.write_text(text.getvalue(), encoding="utf-8")

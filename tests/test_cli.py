@@ -106,3 +106,22 @@ def test_console_script_end_to_end(tmp_path):
         text=True,
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def test_providers_lists_every_lane_and_never_a_key(cli, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.delenv("NSPEC_OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("NSPEC_ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    result = cli("providers", "--json")
+    assert result.code == 0
+    rows = {row["provider"]: row for row in json.loads(result.out)}
+    assert set(rows) >= {"openai", "openai-compatible", "anthropic", "local"}
+    assert rows["openai"]["lanes"] == ["batch", "live"] and rows["openai"]["key_set"] == "OPENAI_API_KEY"
+    assert rows["openai"]["token_counts"].startswith("exact")
+    assert rows["anthropic"]["key_set"] is None and rows["anthropic"]["token_counts"].startswith("estimated")
+    assert rows["openai-compatible"]["lanes"] == ["batch (with batch_api: true)", "live"]
+    assert rows["local"]["lanes"] == ["local"] and rows["local"]["key_variables"] == []
+    table = cli("providers")
+    assert table.code == 0 and "OPENAI_API_KEY (set)" in table.out
+    assert "sk-secret-value" not in table.out + result.out

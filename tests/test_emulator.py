@@ -379,7 +379,7 @@ def test_openai_chat_completion(make_emulator):
 def test_openai_max_tokens_cuts_the_answer(make_emulator):
     client = oai(make_emulator())
     completion = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": needle_prompt(1)}], max_tokens=3
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": needle_prompt(1)}], max_tokens=3
     )
     assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 3
 
@@ -387,12 +387,12 @@ def test_openai_max_tokens_cuts_the_answer(make_emulator):
 def test_openai_rate_limit(make_emulator):
     client = oai(make_emulator(rate_limits=RateLimits(requests_per_minute=2)))
     messages = [{"role": "user", "content": needle_prompt(1)}]
-    first = client.chat.completions.with_raw_response.create(model="m", messages=messages)
+    first = client.chat.completions.with_raw_response.create(model="gpt-4.1-mini", messages=messages)
     assert first.headers["x-ratelimit-limit-requests"] == "2"
     assert first.headers["x-ratelimit-remaining-requests"] == "1"
-    client.chat.completions.create(model="m", messages=messages)
+    client.chat.completions.create(model="gpt-4.1-mini", messages=messages)
     with pytest.raises(openai.RateLimitError) as info:
-        client.chat.completions.create(model="m", messages=messages)
+        client.chat.completions.create(model="gpt-4.1-mini", messages=messages)
     headers = info.value.response.headers
     assert int(headers["retry-after-ms"]) > 0 and int(headers["retry-after"]) >= 1
     assert info.value.code == "rate_limit_exceeded"
@@ -409,7 +409,7 @@ def test_openai_rate_limit(make_emulator):
 def test_openai_live_faults(make_emulator, fault, error):
     client = oai(make_emulator(faults=Faults(**{fault: 1.0})))
     with pytest.raises(error):
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi there"}])
+        client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "hi there"}])
 
 
 # -- Anthropic ----------------------------------------------------------------------------------------------------
@@ -443,7 +443,7 @@ def test_anthropic_auth_and_errors(make_emulator):
     assert missing.json()["type"] == "error" and missing.json()["error"]["type"] == "authentication_error"
     assert missing.headers["request-id"]
     with pytest.raises(anthropic.BadRequestError, match="max_tokens: Field required"):
-        httpx_body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        httpx_body = {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "x"}]}
         ant(emu).post("/v1/messages", body=httpx_body, cast_to=object)
     with pytest.raises(anthropic.NotFoundError):
         ant(emu).messages.batches.retrieve("msgbatch_nope")
@@ -452,11 +452,12 @@ def test_anthropic_auth_and_errors(make_emulator):
 def test_anthropic_rate_limit_and_overload(make_emulator):
     client = ant(make_emulator(rate_limits=RateLimits(tokens_per_minute=200)))
     with pytest.raises(anthropic.RateLimitError) as info:
-        client.messages.create(model="m", max_tokens=500, messages=[{"role": "user", "content": "hello"}])
+        hello = [{"role": "user", "content": "hello"}]
+        client.messages.create(model="claude-haiku-4-5", max_tokens=500, messages=hello)
     assert info.value.body["error"]["type"] == "rate_limit_error" and info.value.response.headers["retry-after"]
     overloaded = ant(make_emulator(faults=Faults(overloaded_rate=1.0)))
     with pytest.raises(anthropic.OverloadedError):
-        overloaded.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        overloaded.messages.create(model="claude-haiku-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
 
 
 def test_anthropic_batch_lifecycle(make_emulator):
@@ -576,7 +577,7 @@ def test_anthropic_truncated_results(make_emulator):
 def test_oracle_not_found_and_degrade(make_emulator):
     client = oai(make_emulator(responder=Responder(degrade=Degrade(miss_beyond_depth=50))))
     absent = "The weather was fine all week.\n\nWhat is the special magic code of crate 4?"
-    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": absent}])
+    reply = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": absent}])
     assert reply.choices[0].message.content.startswith("UNANSWERABLE")
     early = (
         "The special magic code of crate 4 is: 1000004. " + "Filler sentence here. " * 50 + "\nWhat is the "
@@ -588,12 +589,12 @@ def test_oracle_not_found_and_degrade(make_emulator):
     )
     assert (
         "1000004"
-        in client.chat.completions.create(model="m", messages=[{"role": "user", "content": early}])
+        in client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": early}])
         .choices[0]
         .message.content
     )
     assert (
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": late}])
+        client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": late}])
         .choices[0]
         .message.content.startswith("UNANSWERABLE")
     )
@@ -606,14 +607,15 @@ def test_oracle_picks_the_target_among_distractors_and_answers_multi_value(make_
         "numbers for walnut-signal is: 222. More text. One of the special magic numbers for kettle-harbor "
         "is: 333.\nWhat are all the special magic numbers for kettle-harbor?"
     )
-    answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": context}])
+    answer = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": context}])
     text = answer.choices[0].message.content
     assert "111" in text and "333" in text and "222" not in text
 
 
 def test_echo_responder(make_emulator):
     client = oai(make_emulator(responder=Responder(kind="echo")))
-    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "say this back"}])
+    said = [{"role": "user", "content": "say this back"}]
+    reply = client.chat.completions.create(model="gpt-4.1-mini", messages=said)
     assert reply.choices[0].message.content == "say this back"
 
 
@@ -654,7 +656,7 @@ def test_emulator_command(tmp_path):
         anthropic_url = server.stdout.readline().split()[-1]
         assert openai_url == anthropic_url + "/v1"
         client = openai.OpenAI(api_key="secret", base_url=openai_url, max_retries=0, _strict_response_validation=True)
-        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "echo me"}])
+        reply = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "echo me"}])
         assert reply.choices[0].message.content == "echo me"
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(api_key="wrong", base_url=openai_url, max_retries=0).batches.list()

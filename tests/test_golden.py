@@ -12,6 +12,7 @@ import pytest
 
 from nspec.compiler.run_directory import compile_run
 from nspec.spec import load_spec
+from tests.contract import assert_run_valid
 
 GOLDEN = Path(__file__).parent / "golden"
 SPECS = sorted((GOLDEN / "specs").glob("*.yaml"))
@@ -30,6 +31,7 @@ def test_golden(spec, tmp_path, monkeypatch):
     monkeypatch.chdir(spec.parent)
     loaded = load_spec(spec.name)
     run = compile_run(loaded.data, loaded.base_dir, tmp_path, {"file": spec.name}).path
+    assert_run_valid(run)  # the manifest and every cell line meet their schemas
     got = run_files(run)
     expected_dir = GOLDEN / spec.stem
     if os.environ.get("NSPEC_UPDATE_GOLDEN"):

@@ -9,6 +9,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 
 from nspec.runners.emulator.config import Faults, JudgeFaults, Responder
 from nspec.runners.grading.judging import Vote, combine, judge_key, judge_prompt, parse_vote, quorum
+from tests.contract import assert_run_valid
 from tests.test_compile import check_typed_dict
 from tests.test_runners import batches_on, compile_for
 
@@ -130,6 +131,7 @@ def test_judges_decide_what_scorers_leave_undecided(emulator, tmp_path, cli):
     negatives = [s for s in scores if s["negative"]]  # decided by the negative-control rule: no judge needed
     assert negatives and all(s["votes"] == [] and s["verdict"] == "pass" for s in negatives)
     assert batches_on(emu) == (2, 1)  # two OpenAI judges, one Anthropic judge, each one batch
+    assert_run_valid(run)  # judge results and votes meet their schemas too
     # Judge request files are exactly the providers' formats.
     for shard in sorted((run / "judge" / "requests").iterdir()):
         for line in shard.read_text().splitlines():

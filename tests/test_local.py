@@ -12,6 +12,7 @@ from nspec.errors import UserError
 from nspec.runners.providers import local
 from nspec.runners.providers.local import EngineError, completion_prompt, engine, model_file
 from nspec.runners.providers.openai import parse_result as parse_openai
+from tests.contract import assert_run_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,6 +179,7 @@ def test_quickstart_end_to_end(tmp_path, cli):
     assert sum(s["verdict"] == "pass" for s in needles) >= 8  # 9 of 9 on the reference machine
     summary = (report.parent / "summary.csv").read_text()
     assert "local/gemma-3-270m" in summary
+    assert_run_valid(run)  # a real model's run meets the run-directory contract
 
 
 def test_vet_asks_the_local_model(spec_file, cli):

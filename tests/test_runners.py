@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from nspec.runners.emulator.config import Faults, RateLimits, Timing
 from nspec.runners.failpoints import ENV as FAILPOINT
 from nspec.runners.session import Session
 from nspec.spec import load_spec
+from tests.contract import assert_run_valid
 
 pytestmark = pytest.mark.usefixtures("api_keys")
 
@@ -179,6 +181,38 @@ def test_killed_in_the_middle_of_a_live_run(emulator, tmp_path):
     assert_complete(run)
 
 
+def test_two_processes_in_one_run_directory_take_turns(emulator, tmp_path, cli):
+    emu = emulator(timing=Timing(validate_seconds=3600, seconds_per_request=0.1, finalize_seconds=1))
+    run = compile_for(tmp_path, emu)
+    assert cli("submit", str(run)).code == 3
+    env = {**os.environ, FAILPOINT: ""}
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "nspec", "collect", str(run), "--wait"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        lock = run / "lock"
+        deadline = time.monotonic() + 120
+        while not (lock.is_file() and lock.read_text().strip() == str(waiting.pid)):
+            assert waiting.poll() is None and time.monotonic() < deadline, "the first process never took the run"
+            time.sleep(0.05)
+        for command in ("submit", "collect", "score"):
+            second = cli(command, str(run))
+            assert second.code == 3, second.err  # run again later: nothing sent twice
+            assert f"another nspec process (pid {waiting.pid}) is working in this run directory" in second.err
+        assert cli("status", str(run)).code == 0  # reading is never refused
+    finally:
+        waiting.kill()
+        waiting.wait()
+    emu.clock.advance(7200)  # the kernel dropped the killed holder's lock: the next process carries on
+    done = cli("collect", str(run))
+    assert done.code == 0, done.err
+    assert batches_on(emu) == (1, 1)
+    assert_complete(run)
+
+
 def test_expiry_resubmits_exactly_the_missing_requests(emulator, tmp_path):
     emu = emulator(faults=Faults(batch_expire_rate=1.0, expire_fraction=0.5))
     run = compile_for(tmp_path, emu, modes=("batch",), attempts=3, live_below=0)
@@ -331,6 +365,7 @@ def test_run_end_to_end_with_report(emulator, tmp_path, cli):
         "negatives.png",
     ]
     assert "<script src=" not in (report / "index.html").read_text()  # Vega inlined: works offline
+    assert_run_valid(run)
     again = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
     assert again.code == 0 and batches_on(emu) == (1, 0)  # continues where it stopped: nothing resent
 
@@ -345,7 +380,7 @@ def test_run_without_wait_exits_3_while_pending(emulator, tmp_path, cli):
 @pytest.mark.parametrize("settings, kind", [("", "live"), (", batch_api: true, mode: batch", "batch")])
 def test_openai_compatible_servers(emulator, tmp_path, settings, kind):
     """An OpenAI-compatible server runs live by default, and batch when the spec says it has /v1/batches."""
-    emu = emulator()
+    emu = emulator(models=["llama-3-8b"])  # the server's own model
     spec = tmp_path / "spec.yaml"
     model = f'  - {{id: openai-compatible/llama-3-8b, base_url: "{emu.openai_base_url}"{settings}}}'
     spec.write_text(SPEC.format(models=model, trials=1, attempts=3, live_below=0))
@@ -356,3 +391,25 @@ def test_openai_compatible_servers(emulator, tmp_path, settings, kind):
     got = assert_complete(run)
     assert {r["source"]["kind"] for r in got} == {kind}
     assert batches_on(emu) == ((1, 0) if kind == "batch" else (0, 0))
+
+
+@pytest.mark.parametrize("mode", ["live", "batch"])
+def test_an_unknown_model_is_refused_as_the_provider_refuses_it(emulator, tmp_path, cli, mode):
+    """The emulator has the providers' models only: a misspelt one fails the rehearsal, never silently passes."""
+    emu = emulator()
+    compile_for(tmp_path, emu, modes=(mode, mode))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec.read_text().replace("openai/gpt-4.1-mini", "openai/gpt-4.1-mnii"))
+    result = cli("run", str(spec), "-o", str(tmp_path / "out"))
+    if mode == "live":  # the model's calls stop at once: exit 2, naming the model, nothing recorded
+        assert result.code == 2, result.err
+        assert "openai answered 404: The model `gpt-4.1-mnii` does not exist" in result.err
+        assert "fix the model id" in result.err
+    else:  # inside a batch, each line is refused: the requests end without an answer
+        assert result.code == 3
+        emu.clock.advance(600)
+        result = cli("run", str(spec), "-o", str(tmp_path / "out"))
+        assert result.code == 4, result.err
+        run = Path(next(ln for ln in result.out.splitlines() if ln.startswith("run directory: "))[15:])
+        refused = [r for r in results(run) if r["model"] == "openai/gpt-4.1-mnii"]
+        assert refused and all(r["error"]["code"] == "model_not_found" for r in refused)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -249,8 +250,7 @@ class _Checker:
                 if start > stop:
                     self.error(("grid", key), f"`from` ({start}) is greater than `to` ({stop})")
                     continue
-                values = expand(axis)
-                dups = sorted({v for v in values if values.count(v) > 1})
+                dups = sorted(v for v, n in Counter(expand(axis)).items() if n > 1)
                 if dups:
                     self.error(("grid", key), f"the range gives duplicate values ({_short(dups)}): use fewer steps")
         lengths = grid.get("context_lengths")

@@ -12,6 +12,7 @@ from typing import Any
 
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
 from nspec.runners.emulator.generation import anthropic_message
+from nspec.runners.emulator.models import anthropic_refusal, served
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
 
@@ -26,7 +27,9 @@ def rfc3339(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def create(store: Store, config: EmulatorConfig, rng: random.Random, body: Any, size: int, now: float) -> dict:
+def create(
+    store: Store, config: EmulatorConfig, rng: random.Random, body: Any, size: int, now: float
+) -> dict[str, Any]:
     requests = body.get("requests") if isinstance(body, dict) else None
     if not isinstance(requests, list) or not requests:
         raise InvalidRequest("requests: at least one request is required")
@@ -144,6 +147,9 @@ def _maybe_end(store: Store, batch: dict[str, Any], config: EmulatorConfig, now:
                     },
                 },
             )
+        elif not served("anthropic", request["params"]["model"], config.models):
+            error = {"type": "error", "error": anthropic_refusal(request["params"]["model"]), "request_id": None}
+            kind, result = "errored", {"type": "errored", "error": error}
         else:
             problem = _param_problem(request["params"])
             if problem:

@@ -100,6 +100,8 @@ class Faults:
 class EmulatorConfig:
     seed: int = 0
     api_key: str | None = None  # if set, only this key is accepted; otherwise any non-empty key
+    # Model names served besides the providers' own (an OpenAI-compatible server's, say); any other is refused.
+    models: list[str] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
     limits: Limits = field(default_factory=Limits)
     rate_limits: RateLimits = field(default_factory=RateLimits)
@@ -118,6 +120,8 @@ def _build(cls: Any, data: Any, where: str) -> Any:
     for name, value in data.items():
         default = getattr(cls(), name)
         values[name] = _build(type(default), value, f"{where}.{name}") if dataclasses.is_dataclass(default) else value
+        if isinstance(default, list) and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise UserError(f"emulator config: `{where}.{name}` must be a list of names")
     return cls(**values)
 
 

@@ -16,13 +16,16 @@ from typing import Any
 
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
 from nspec.runners.emulator.generation import openai_completion
+from nspec.runners.emulator.models import openai_refusal, served
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
 
 ENDPOINTS = ("/v1/chat/completions",)
 
 
-def validate_input(data: bytes, endpoint: str, config: EmulatorConfig) -> tuple[list[dict[str, Any]], list[dict]]:
+def validate_input(
+    data: bytes, endpoint: str, config: EmulatorConfig
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The requests of an input file, and the validation errors (each naming its 1-based line)."""
     errors: list[dict[str, Any]] = []
     limits = config.limits
@@ -277,6 +280,14 @@ def _write_results(
                     "error": None,
                 }
             )
+            failed += 1
+        elif not served("openai", request["body"]["model"], config.models):
+            response = {
+                "status_code": 404,
+                "request_id": secrets.token_hex(16),
+                "body": openai_refusal(request["body"]["model"]),
+            }
+            error_lines.append({**line, "response": response, "error": None})
             failed += 1
         else:
             completion = openai_completion(request["body"], responder, "batch:" + custom_id, end)

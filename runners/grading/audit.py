@@ -3,28 +3,17 @@ distinct answers that passed and failed each question. Each reads scores.jsonl a
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 from nspec.runners.rundir import Run
-
-
-def _scores(run: Run) -> Iterator[dict[str, Any]]:
-    path = run.path / "scores.jsonl"
-    if not path.is_file():
-        return
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            yield json.loads(line)
 
 
 def dissent(run: Run) -> list[dict[str, Any]]:
     """Per judge: how often its vote differs from the panel's verdict, and from the deterministic scorers where a
     scorer decided too (judges asked `when: always`)."""
     stats: dict[str, Counter[str]] = defaultdict(Counter)
-    for score in _scores(run):
+    for score in run.scores():
         panel = score.get("judge_verdict")
         scorer = next((s["verdict"] for s in score["scorers"] if s["verdict"] != "undecided"), None)
         for vote in score["votes"]:
@@ -59,7 +48,7 @@ def variance(run: Run) -> list[dict[str, Any]]:
     asked (for text haystacks each trial has its own needle, so there is none)."""
     cells = {c["cell_id"]: c for c in run.cells()}
     groups: dict[tuple[Any, ...], Counter[str]] = defaultdict(Counter)
-    for score in _scores(run):
+    for score in run.scores():
         cell = cells[score["cell_id"]]
         if cell["negative"] or score["verdict"] not in ("pass", "fail"):
             continue
@@ -97,14 +86,9 @@ def answers_by_question(run: Run) -> list[dict[str, Any]]:
     """Per question and expected answer (a question asked with different needles is several entries): the distinct
     answers given, passing and failing, with counts — for mining alternate answers to add to the spec."""
     cells = {c["cell_id"]: c for c in run.cells()}
-    texts: dict[str, str] = {}
-    with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            result = json.loads(line)
-            if result["status"] == "ok":
-                texts[result["cell_id"]] = (result.get("text") or "").strip()
+    texts = {r["cell_id"]: (r.get("text") or "").strip() for r in run.results() if r["status"] == "ok"}
     out: dict[tuple[str, tuple[str, ...]], dict[str, Counter[str]]] = {}
-    for score in _scores(run):
+    for score in run.scores():
         cell = cells[score["cell_id"]]
         if cell["negative"] or score["verdict"] not in ("pass", "fail") or score["cell_id"] not in texts:
             continue

@@ -80,7 +80,7 @@ def grade(
     return decide(scorer_verdicts(answer, accepted, question, needle, scoring))
 
 
-def accepted_answers(cell: dict[str, Any]) -> Accepted:
+def accepted_answers(cell: Mapping[str, Any]) -> Accepted:
     """A cell's accepted answers: its expected answer or any alternate; every value when it expects several (a
     multi-value or multi-query cell, whose alternates belong to single needles and are shown to judges only)."""
     expected = tuple(cell["expected"])
@@ -89,7 +89,7 @@ def accepted_answers(cell: dict[str, Any]) -> Accepted:
     return tuple((a,) for a in dict.fromkeys((*expected, *cell.get("alternates", []))))
 
 
-def needle_text(cell: dict[str, Any]) -> str | None:
+def needle_text(cell: Mapping[str, Any]) -> str | None:
     """The text of the needles (or stack item) the question is about."""
     texts = [n["text"] for n in cell.get("needles", []) if n.get("role") == "target" and "text" in n]
     return "\n".join(dict.fromkeys(texts)) or None

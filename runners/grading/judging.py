@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
-from nspec.compiler.requests import encode_line
 from nspec.compiler.run_directory import ShardWriter, effective_mode
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
@@ -80,7 +81,7 @@ def judge_prompt(
     return system, "\n\n".join(lines)
 
 
-def judge_request(model: Model, rubric: str, cell: dict[str, Any], answer: str, custom_id: str) -> dict[str, Any]:
+def judge_request(model: Model, rubric: str, cell: Mapping[str, Any], answer: str, custom_id: str) -> dict[str, Any]:
     """The request line asking ``model`` to grade ``answer`` to ``cell``'s question."""
     system, user = judge_prompt(
         rubric,
@@ -179,11 +180,7 @@ def compile_judges(run: Run) -> int:
     folder = run.path / STAGE
     rubric = settings.get("rubric", "pass-fail")
     always = settings.get("when", "undecided") == "always"
-    verdicts = {}
-    with open(run.path / "scores.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            score = json.loads(line)
-            verdicts[score["cell_id"]] = score.get("scorer_verdict", score["verdict"])
+    verdicts = {score["cell_id"]: score.get("scorer_verdict", score["verdict"]) for score in run.scores()}
     wanted = {cid for cid, v in verdicts.items() if v != "error" and (always or v == "undecided")}
     previous = manifest_of(run) or {"models": [], "cells": []}
     listed = {m["label"]: m for m in previous["models"]}
@@ -203,12 +200,7 @@ def compile_judges(run: Run) -> int:
                 attempt += 1  # no verdict in the reply: ask again
             if attempt:
                 todo[(m.label, cid)] = attempt
-    texts = {}
-    with open(run.path / "answers" / "results.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            result = json.loads(line)
-            if result["cell_id"] in wanted:
-                texts[result["cell_id"]] = result.get("text") or ""
+    texts = {r["cell_id"]: r.get("text") or "" for r in run.results() if r["cell_id"] in wanted}
     caps = run.spec.get("run", {}).get("shard", {})
     round_name = f"r{1 + max((len(m['shards']) for m in previous['models']), default=0)}"
     (folder / "requests").mkdir(parents=True, exist_ok=True)
@@ -220,7 +212,7 @@ def compile_judges(run: Run) -> int:
                 continue
             key = judge_key(model.label, rubric, asking)
             request = judge_request(model, rubric, cell, texts[cell["cell_id"]], judge_id(cell["cell_id"], key))
-            writer.write(encode_line(request))
+            writer.write(jsonl.encode(request))
         writer.close()
         entry = listed.setdefault(
             model.label,
@@ -244,9 +236,9 @@ def compile_judges(run: Run) -> int:
         "cells": sorted(wanted),
         "models": list(listed.values()),
     }
-    tmp = folder / "manifest.json.part"
+    tmp = run.paths.stage_manifest(STAGE).with_suffix(".json.part")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-    tmp.replace(folder / "manifest.json")
+    tmp.replace(run.paths.stage_manifest(STAGE))
     return len(todo)
 
 
@@ -264,20 +256,17 @@ class Reply:
 def _replies(run: Run) -> dict[str, Reply]:
     """Every judge result so far by request id, read with the current rubric."""
     manifest = manifest_of(run)
-    path = run.path / STAGE / "results.jsonl"
-    if manifest is None or not path.is_file():
+    if manifest is None:
         return {}
     out = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            result = json.loads(line)
-            text = result.get("text") or ""
-            if result["status"] != "ok":
-                code = (result.get("error") or {}).get("code")
-                out[result["cell_id"]] = Reply(None, f"no verdict: request failed ({code})", text, None, True)
-            else:
-                vote = parse_vote(manifest["rubric"], text, manifest["threshold"])
-                out[result["cell_id"]] = Reply(vote.vote, vote.detail, text, vote.score, False)
+    for result in run.results(STAGE):
+        text = result.get("text") or ""
+        if result["status"] != "ok":
+            code = (result.get("error") or {}).get("code")
+            out[result["cell_id"]] = Reply(None, f"no verdict: request failed ({code})", text, None, True)
+        else:
+            vote = parse_vote(manifest["rubric"], text, manifest["threshold"])
+            out[result["cell_id"]] = Reply(vote.vote, vote.detail, text, vote.score, False)
     return out
 
 
@@ -314,5 +303,4 @@ def votes(run: Run) -> dict[str, list[dict[str, Any]]]:
 
 def manifest_of(run: Run) -> dict[str, Any] | None:
     """The judge stage's manifest, once compiled."""
-    path = run.path / STAGE / "manifest.json"
-    return json.loads(path.read_text("utf-8")) if path.is_file() else None
+    return run.stage_manifest(STAGE)

@@ -10,11 +10,10 @@ pass rate.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from nspec import jsonl
 from nspec.runners.grading import judging
 from nspec.runners.grading.grader import accepted_answers, decide, needle_text, scorer_verdicts, share_given
 from nspec.runners.rundir import Run
@@ -22,7 +21,9 @@ from nspec.runners.rundir import Run
 JUDGE_ERROR = "undecided (judge error)"
 
 
-def score_cell(scoring: list[dict[str, Any]], cell: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+def score_cell(
+    scoring: Sequence[Mapping[str, Any]] | None, cell: Mapping[str, Any], result: Mapping[str, Any]
+) -> dict[str, Any]:
     """The scores.jsonl line of one cell."""
     line: dict[str, Any] = {
         "cell_id": cell["cell_id"],
@@ -100,15 +101,17 @@ def score_run(run: Run) -> dict[str, int]:
     """Score every cell with a result into scores.jsonl (rewritten whole: scoring is cheap and deterministic),
     with the judges' votes where the judge stage has them. Returns the count of each verdict."""
     scoring = run.spec.get("scoring")
-    results = _results(run.path / "answers" / "results.jsonl")
+    results = {  # only the fields scoring needs, so memory stays small
+        r["cell_id"]: {"status": r["status"], "text": r.get("text"), "error": r.get("error")} for r in run.results()
+    }
     votes = judging.votes(run)
     manifest = judging.manifest_of(run)
     panel = len(manifest["judges"]) if manifest else 0
     rule = manifest["vote"] if manifest else "majority"
     quorum = int(manifest.get("quorum") or panel // 2 + 1) if manifest else 0
     counts: dict[str, int] = {}
-    tmp = run.path / "scores.jsonl.part"
-    with open(tmp, "w", encoding="utf-8") as out:
+
+    def lines() -> Iterator[dict[str, Any]]:
         for cell in run.cells():
             result = results.get(cell["cell_id"])
             if result is None:
@@ -118,32 +121,16 @@ def score_run(run: Run) -> dict[str, int]:
                 line = apply_votes(line, votes[cell["cell_id"]], panel, rule, quorum)
             key = verdict_key(line)
             counts[key] = counts.get(key, 0) + 1
-            out.write(json.dumps(line, ensure_ascii=False) + "\n")
-    tmp.replace(run.path / "scores.jsonl")
+            yield line
+
+    jsonl.write(run.paths.scores, lines())
     return counts
 
 
 def verdict_counts(run: Run) -> dict[str, int]:
     """How many cells of scores.jsonl have each verdict (empty before scoring)."""
     counts: dict[str, int] = {}
-    path = run.path / "scores.jsonl"
-    if path.is_file():
-        for raw in _lines(path):
-            key = verdict_key(json.loads(raw))
-            counts[key] = counts.get(key, 0) + 1
+    for line in jsonl.read(run.paths.scores):
+        key = verdict_key(line)
+        counts[key] = counts.get(key, 0) + 1
     return counts
-
-
-def _results(path: Path) -> dict[str, dict[str, Any]]:
-    """Results by cell_id (only the fields scoring needs, so memory stays small)."""
-    out: dict[str, dict[str, Any]] = {}
-    if path.exists():
-        for line in _lines(path):
-            r = json.loads(line)
-            out[r["cell_id"]] = {"status": r["status"], "text": r.get("text"), "error": r.get("error")}
-    return out
-
-
-def _lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8") as fh:
-        yield from fh

@@ -20,7 +20,6 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
-from nspec.compiler.tokenizers import encoding
 from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
@@ -85,9 +84,7 @@ def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> 
                     template.get("reserve_tokens", 300),
                 )
                 requests.append(
-                    LiveRequest(
-                        cid, model.label, model.provider, line, request_tokens(line, encoding("o200k_base").count)
-                    )
+                    LiveRequest(cid, model.label, model.provider, line, request_tokens(model.provider, line))
                 )
                 asked[cid] = (model.label, q, t)
     outcomes: dict[str, Outcome] = {}
@@ -163,7 +160,7 @@ def ask_judges(
             requests[rid] = (
                 cid,
                 model,
-                LiveRequest(rid, model.label, model.provider, line, request_tokens(line, encoding("o200k_base").count)),
+                LiveRequest(rid, model.label, model.provider, line, request_tokens(model.provider, line)),
             )
         replies: dict[str, Outcome] = {}
         asyncio.run(run_live(callers, [r for _, _, r in requests.values()], _recorder(replies)))

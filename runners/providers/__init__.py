@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nspec import jsonl
 from nspec.compiler.tokenizers import Tokenizer, tokenizer_from_setting
 from nspec.errors import (
     AuthenticationFailed,
@@ -41,6 +42,22 @@ class BaseProvider:
     optional_batch = False  # whether a model entry's `batch_api` says if its server has a batch API
     priced = True  # whether the shipped price table lists its models (a self-hosted server's cannot be)
 
+    @property
+    def install_hint(self) -> str:
+        return f"pip install {self.package}"
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        batch = ("batch",) if self.has_batch({}) else ("batch (with batch_api: true)",) if self.optional_batch else ()
+        return (*batch, "live")
+
+    @property
+    def token_counts(self) -> str:
+        counter = self.tokenizer("", None)
+        if counter.exact:
+            return f"exact ({counter.name})"
+        return f"estimated ({counter.name}, margin {counter.margin:.0%})"
+
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         if "batch_api" in entry and not self.optional_batch:
             return [(("batch_api",), f"`batch_api` does not apply to {self.name} models")]
@@ -58,6 +75,9 @@ class BaseProvider:
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
         return tokenizer_from_setting(setting)
 
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        return count(json.dumps(line, ensure_ascii=False))  # the whole line: more than the prompt, never less
+
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return dict(params)
 
@@ -65,12 +85,13 @@ class BaseProvider:
         return RateHeaders((None, None), (None, None))
 
 
-def sdk(package: str, provider: str) -> Any:
-    """Import an SDK, or say the pip command that installs it."""
+def sdk(package: str, provider: str, install_hint: str | None = None) -> Any:
+    """Import an SDK, or say the command that installs it."""
     try:
         return __import__(package)
     except ImportError:
-        raise UserError(f"the {package} package is needed for {provider} models: pip install {package}") from None
+        hint = install_hint or f"pip install {package}"
+        raise UserError(f"the {package} package is needed for {provider} models: {hint}") from None
 
 
 def sdk_retries() -> int:
@@ -141,9 +162,7 @@ def stream_lines(
         part = Path(tmp.name)
     try:
         fetch(part)
-        with open(part, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    yield parse(json.loads(line))
+        for line in jsonl.read(part):
+            yield parse(line)
     finally:
         part.unlink(missing_ok=True)

@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nspec import jsonl
 from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits
 from nspec.runners.providers import (
@@ -90,6 +91,11 @@ class Anthropic(BaseProvider):
         body.update({k: v for k, v in params.items() if k != "max_tokens"})
         return {"custom_id": custom_id, "params": body}
 
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        body = line["params"]
+        text = json.dumps(body["messages"], ensure_ascii=False) + json.dumps(body.get("system", ""), ensure_ascii=False)
+        return count(text) + int(body.get("max_tokens") or 0)
+
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
 
@@ -121,8 +127,9 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     import anthropic
 
     if isinstance(exc, anthropic.APIStatusError):
-        headers = exc.response.headers
-        return status_error("anthropic", exc.status_code, str(exc.message), creds, model, retry_after(headers))
+        body = exc.body.get("error") if isinstance(exc.body, dict) else None  # {"type": "error", "error": {...}}
+        message = str(body.get("message")) if isinstance(body, dict) and body.get("message") else str(exc.message)
+        return status_error("anthropic", exc.status_code, message, creds, model, retry_after(exc.response.headers))
     if isinstance(exc, anthropic.APIConnectionError) or type(exc).__module__.startswith(("httpx", "httpcore")):
         return connection_error("anthropic", exc)
     return None
@@ -150,8 +157,7 @@ class AnthropicBatches:
         return ""  # nothing to upload: the shard's lines go into the create call
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
-        with open(shard, encoding="utf-8") as fh:
-            requests = [json.loads(line) for line in fh if line.strip()]
+        requests = list(jsonl.read(shard))
         return str(self._call("message batches", self.client.messages.batches.create, requests=requests).id)
 
     def find(self, metadata: dict[str, str], after: float) -> list[str]:
@@ -182,9 +188,9 @@ class AnthropicBatches:
 
     def _fetch(self, batch_id: str, dest: Path) -> None:
         def write() -> None:
-            with open(dest, "w", encoding="utf-8") as fh:
+            with open(dest, "wb") as fh:
                 for result in self.client.messages.batches.results(batch_id):
-                    fh.write(json.dumps(result.model_dump(mode="json")) + "\n")
+                    fh.write(jsonl.encode(result.model_dump(mode="json")))
 
         self._call("message batch results", write)
 

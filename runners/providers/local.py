@@ -31,7 +31,7 @@ import secrets
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,6 +304,10 @@ class Local(BaseProvider):
 
     name = "local"
     request_format = OPENAI_CHAT
+    package = "xllamacpp"
+    install_hint = INSTALL_HINT
+    lanes = ("local",)
+    token_counts = "exact (the model's own, through llama.cpp)"
     own_tokenizer = True
     default_concurrency = 1
 
@@ -331,6 +335,9 @@ class Local(BaseProvider):
         max_tokens: int,
     ) -> dict[str, Any]:
         return COMPATIBLE.request_line(model, custom_id, system, user, prefill, params, max_tokens)
+
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        return COMPATIBLE.request_size(line, count)
 
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)

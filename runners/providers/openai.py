@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,7 @@ class OpenAI(BaseProvider):
     request_format = OPENAI_CHAT
     key_variables = ("NSPEC_OPENAI_API_KEY", "OPENAI_API_KEY")
     package = "openai"
+    token_counts = "exact (tiktoken: o200k_base; cl100k_base for gpt-4 and gpt-3.5)"
     limit_key = "max_completion_tokens"
 
     def shard_limits(self) -> ShardLimits:
@@ -106,6 +109,11 @@ class OpenAI(BaseProvider):
         body.update(params)
         return {"custom_id": custom_id, "method": "POST", "url": URL, "body": body}
 
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        body = line["body"]
+        budget = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        return count(json.dumps(body["messages"], ensure_ascii=False)) + int(budget)
+
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         response_format = {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
         return {"response_format": response_format, **params}
@@ -131,6 +139,7 @@ class OpenAICompatible(OpenAI):
     structured output (not every server has it), and no key of its own (OpenAI's variables, as the SDK reads)."""
 
     name = "openai-compatible"
+    token_counts = BaseProvider.token_counts
     limit_key = "max_tokens"
     optional_batch = True
     priced = False
@@ -165,9 +174,9 @@ def _error(provider: str, creds: Credentials, model: str, exc: BaseException) ->
     import openai
 
     if isinstance(exc, openai.APIStatusError):
-        return status_error(
-            provider, exc.status_code, str(exc.message), creds, model, retry_after(exc.response.headers)
-        )
+        body = exc.body if isinstance(exc.body, dict) else {}  # the error object: message, type, code
+        wait = retry_after(exc.response.headers)
+        return status_error(provider, exc.status_code, str(body.get("message") or exc.message), creds, model, wait)
     if isinstance(exc, openai.APIConnectionError) or type(exc).__module__.startswith(("httpx", "httpcore")):
         return connection_error(provider, exc)  # also a body cut off mid-download
     return None
@@ -231,7 +240,7 @@ class OpenAIBatches:
 
     def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
         for file_id in view.output_files:
-            yield from stream_lines(lambda dest, f=file_id: self._fetch(f, dest), folder, file_id, parse_result)
+            yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
 
     def _fetch(self, file_id: str, dest: Path) -> None:
         self._call("batch files", lambda: self.client.files.content(file_id).write_to_file(dest))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.prices import price_for
+from nspec.records import CellRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.rundir import Run
 
@@ -93,7 +94,7 @@ def run_labels(runs: list[Run]) -> list[str]:
     return [f"{b}#{i + 1}" if base.count(b) > 1 else b for i, b in enumerate(base)]
 
 
-def _label(cell: dict[str, Any], run_label: str | None) -> str:
+def _label(cell: CellRecord, run_label: str | None) -> str:
     label = cell["model"] + (f" ({cell['prompt']})" if cell["prompt"] else "")
     return f"{label} · {run_label}" if run_label else label
 
@@ -110,7 +111,7 @@ def collect(runs: list[Run]) -> ReportData:
     for run, run_label in zip(runs, names, strict=True):
         cells = {c["cell_id"]: c for c in run.cells()}
         answers = _answers(run)
-        for score in _scores(run):
+        for score in run.scores():
             cell = cells[score["cell_id"]]
             label = _label(cell, run_label)
             tally = data.tallies.setdefault(label, Tally())
@@ -136,9 +137,10 @@ def collect(runs: list[Run]) -> ReportData:
                     tally.negative_reasons[why] += 1
                 continue
             depth = cell["depth"]["requested"]
-            for table, key in ((heat, (label, length, depth)), (by_length, (label, length))):
-                table[key][0] += passed
-                table[key][1] += 1
+            assert depth is not None  # every cell with a needle was placed at a grid depth
+            for counts in (heat[(label, length, depth)], by_length[(label, length)]):
+                counts[0] += passed
+                counts[1] += 1
             if "needles_found" in score:
                 found[(label, length, depth)].append(score["needles_found"])
                 tally.needles_found.append(score["needles_found"])
@@ -202,23 +204,8 @@ def effective_length(rows: list[dict[str, Any]], threshold: float) -> dict[str, 
     return {"length": longest("rate"), "low": longest("ci_low"), "high": longest("ci_high")}
 
 
-def _scores(run: Run) -> Any:
-    path = run.path / "scores.jsonl"
-    if path.is_file():
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                yield json.loads(line)
-
-
 def _answers(run: Run) -> dict[str, str]:
-    out = {}
-    path = run.path / "answers" / "results.jsonl"
-    if path.is_file():
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                result = json.loads(line)
-                out[result["cell_id"]] = result.get("text") or ""
-    return out
+    return {r["cell_id"]: r.get("text") or "" for r in run.results()}
 
 
 def _costs(run: Run, run_label: str | None) -> list[dict[str, Any]]:
@@ -226,14 +213,10 @@ def _costs(run: Run, run_label: str | None) -> list[dict[str, Any]]:
     suffix = f" · {run_label}" if run_label else ""
     entries = {m.get("name", m["id"]): m for m in run.spec["models"]}
     used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # live in/out, batch in/out
-    path = run.path / "answers" / "results.jsonl"
-    if path.is_file():
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                r = json.loads(line)
-                offset = 2 if r["source"]["kind"] == "batch" else 0
-                used[r["model"]][offset] += r["usage"]["input_tokens"]
-                used[r["model"]][offset + 1] += r["usage"]["output_tokens"]
+    for r in run.results():
+        offset = 2 if r["source"]["kind"] == "batch" else 0
+        used[r["model"]][offset] += r["usage"]["input_tokens"]
+        used[r["model"]][offset + 1] += r["usage"]["output_tokens"]
     rows = []
     for model in run.manifest["models"]:
         label = model["label"] + suffix
@@ -256,7 +239,7 @@ def _costs(run: Run, run_label: str | None) -> list[dict[str, Any]]:
 def heatmap(label: str, rows: list[dict[str, Any]], points: list[dict[str, Any]]) -> Any:
     import altair as alt
 
-    base = alt.Chart(alt.Data(values=rows), title=f"{label}: pass rate by depth and context length")
+    base = alt.Chart(alt.InlineData(values=rows), title=f"{label}: pass rate by depth and context length")
     x = alt.X("context_length:O", title="Context length (tokens)")
     y = alt.Y("depth:O", title="Depth (%)", sort="ascending")
     rect = base.mark_rect().encode(
@@ -276,7 +259,7 @@ def heatmap(label: str, rows: list[dict[str, Any]], points: list[dict[str, Any]]
     text = base.mark_text(fontSize=9).encode(x=x, y=y, text="text:N")
     grid = (rect + text).properties(width=alt.Step(64), height=alt.Step(22))
     cells = (
-        alt.Chart(alt.Data(values=points), title="every answer")
+        alt.Chart(alt.InlineData(values=points), title="every answer")
         .mark_point(filled=True, size=30)
         .encode(
             x=x,
@@ -293,7 +276,7 @@ def heatmap(label: str, rows: list[dict[str, Any]], points: list[dict[str, Any]]
 def length_chart(rows: list[dict[str, Any]]) -> Any:
     import altair as alt
 
-    base = alt.Chart(alt.Data(values=rows), title="Pass rate by context length (95% Wilson intervals)")
+    base = alt.Chart(alt.InlineData(values=rows), title="Pass rate by context length (95% Wilson intervals)")
     x = alt.X("context_length:Q", title="Context length (tokens)", scale=alt.Scale(type="log", nice=False))
     line = base.mark_line(point=True).encode(
         x=x,
@@ -309,7 +292,7 @@ def location_chart(rows: list[dict[str, Any]]) -> Any:
     import altair as alt
 
     return (
-        alt.Chart(alt.Data(values=rows), title="Pass rate by location of the item, per repeat count")
+        alt.Chart(alt.InlineData(values=rows), title="Pass rate by location of the item, per repeat count")
         .mark_line(point=True)
         .encode(
             x=alt.X("location:Q", title="Location (% of the stack)"),
@@ -328,7 +311,7 @@ def negatives_chart(rows: list[dict[str, Any]], reasons: list[dict[str, Any]]) -
     import altair as alt
 
     values = [{**r, "kind": "reason"} for r in reasons] + [{**r, "kind": "total"} for r in rows]
-    base = alt.Chart(alt.Data(values=values))
+    base = alt.Chart(alt.InlineData(values=values))
     x = alt.X("context_length:O", title="Context length (tokens)")
     why = [*NEGATIVE_REASONS.values(), "judged wrong"]
     bars = (
@@ -361,7 +344,7 @@ def dissent_chart(rows: list[dict[str, Any]]) -> Any:
 
     values = [r for r in rows if r["dissent_from_majority"] is not None]
     return (
-        alt.Chart(alt.Data(values=values), title="Judge dissent: votes against the panel's majority")
+        alt.Chart(alt.InlineData(values=values), title="Judge dissent: votes against the panel's majority")
         .mark_bar()
         .encode(
             x=alt.X("dissent_from_majority:Q", title="Share of votes", scale=alt.Scale(domain=[0, 1])),
@@ -376,7 +359,7 @@ def cost_chart(rows: list[dict[str, Any]]) -> Any:
     import altair as alt
 
     return (
-        alt.Chart(alt.Data(values=rows), title="Cost per model (USD): estimate against actual")
+        alt.Chart(alt.InlineData(values=rows), title="Cost per model (USD): estimate against actual")
         .mark_bar()
         .encode(
             x=alt.X("usd:Q", title="USD"),

@@ -1,0 +1,45 @@
+"""JSON Lines, read and written in one place: every line of a run directory's files (cells, request shards, results,
+scores) goes through here, streamed a line at a time, encoded the same stable way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def encode(record: Any) -> bytes:
+    """One line, byte-for-byte stable: compact, UTF-8 as is, newline-terminated."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def read(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a JSONL file, one at a time (blank lines skipped); nothing when the file does not exist."""
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def read_raw(path: Path) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Each record with its line's exact bytes (request shards are re-sent byte for byte)."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line), line
+
+
+def write(path: Path, records: Iterable[Any]) -> None:
+    """Write a JSONL file whole: into a temporary file beside it, then renamed, so it is never seen half-written."""
+    part = path.with_name(path.name + ".part")
+    try:
+        with open(part, "wb") as fh:
+            for record in records:
+                fh.write(encode(record))
+        part.replace(path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise

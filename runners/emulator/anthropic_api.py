@@ -1,0 +1,150 @@
+"""Anthropic's routes (base URL `http://HOST:PORT`): messages, token counts and message batches
+(`anthropic_batches`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, Router
+
+from nspec.runners.emulator import anthropic_batches
+from nspec.runners.emulator.app import Api, ApiError, Dropped, limit_param
+from nspec.runners.emulator.generation import anthropic_message, count_tokens
+from nspec.runners.emulator.models import anthropic_refusal
+
+
+def router(api: Api) -> Router:
+    emu, config = api.emu, api.config
+    routes: list[Route] = []
+
+    def check_message_params(body: Any) -> None:
+        for name in ("model", "max_tokens", "messages"):
+            if not isinstance(body, dict) or name not in body:
+                raise ApiError(400, "invalid_request_error", f"{name}: Field required")
+        if not isinstance(body["messages"], list) or not body["messages"]:
+            raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
+
+    @api.route("anthropic", "POST", "/v1/messages", live=True)
+    async def messages(request: Request) -> Response:
+        body = await api.json_body(request)
+        check_message_params(body)
+        if body.get("stream"):
+            raise ApiError(400, "invalid_request_error", "This emulator does not stream.")
+        if not api.serves("anthropic", body["model"]):
+            refusal = anthropic_refusal(body["model"])
+            raise ApiError(404, refusal["type"], refusal["message"])
+        prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
+        headers = api.live_limit("anthropic", body, prompt, int(body["max_tokens"]))
+        await asyncio.sleep(config.timing.live_latency_seconds)
+        message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8))
+        return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
+
+    @api.route("anthropic", "POST", "/v1/messages/count_tokens")
+    async def count(request: Request) -> Response:
+        body = await api.json_body(request)
+        if not isinstance(body, dict) or "messages" not in body or "model" not in body:
+            raise ApiError(400, "invalid_request_error", "messages: Field required")
+        system = body.get("system")
+        texts = [system if isinstance(system, str) else json.dumps(system)] if system else []
+        texts += [
+            m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+            for m in body["messages"]
+        ]
+        return JSONResponse({"input_tokens": 3 + sum(4 + count_tokens(t) for t in texts)})
+
+    routes += [messages, count]
+
+    def anthropic_batch(batch_id: str) -> dict[str, Any]:
+        batch = emu.store.anthropic_batches.get(batch_id)
+        if batch is None:
+            raise ApiError(404, "not_found_error", f"Message batch {batch_id} not found.")
+        return batch
+
+    def batch_view(request: Request, batch: dict[str, Any]) -> dict[str, Any]:
+        return anthropic_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder, str(request.base_url))
+
+    @api.route("anthropic", "POST", "/v1/messages/batches")
+    async def create_message_batch(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ApiError(400, "invalid_request_error", "invalid JSON body") from None
+        try:
+            batch = anthropic_batches.create(emu.store, config, emu.rng, body, len(raw), emu.clock.now())
+        except anthropic_batches.InvalidRequest as exc:
+            raise ApiError(400, "invalid_request_error", str(exc)) from None
+        return JSONResponse(batch_view(request, batch))
+
+    @api.route("anthropic", "GET", "/v1/messages/batches/{batch_id}")
+    async def get_message_batch(request: Request) -> Response:
+        return JSONResponse(batch_view(request, anthropic_batch(request.path_params["batch_id"])))
+
+    @api.route("anthropic", "POST", "/v1/messages/batches/{batch_id}/cancel")
+    async def cancel_message_batch(request: Request) -> Response:
+        batch = anthropic_batch(request.path_params["batch_id"])
+        anthropic_batches.cancel(emu.store, batch, emu.clock.now())
+        return JSONResponse(batch_view(request, batch))
+
+    @api.route("anthropic", "DELETE", "/v1/messages/batches/{batch_id}")
+    async def delete_message_batch(request: Request) -> Response:
+        batch = anthropic_batch(request.path_params["batch_id"])
+        if batch_view(request, batch)["processing_status"] != "ended":
+            raise ApiError(
+                400, "invalid_request_error", "Batches can only be deleted once they have ended; cancel it first."
+            )
+        with emu.store.lock:
+            del emu.store.anthropic_batches[batch["id"]]
+            emu.store.delete_file(batch["final"]["results_file"])
+        return JSONResponse({"id": batch["id"], "type": "message_batch_deleted"})
+
+    @api.route("anthropic", "GET", "/v1/messages/batches/{batch_id}/results")
+    async def message_batch_results(request: Request) -> Response:
+        batch = anthropic_batch(request.path_params["batch_id"])
+        if batch_view(request, batch)["processing_status"] != "ended":
+            raise ApiError(400, "invalid_request_error", "Results are available once the batch has ended.")
+        data = emu.store.read_file(batch["final"]["results_file"])
+        if emu.roll(config.faults.truncate_rate):
+            return Dropped(data, "application/binary")
+        return Response(data, media_type="application/binary")
+
+    @api.route("anthropic", "GET", "/v1/messages/batches")
+    async def list_message_batches(request: Request) -> Response:
+        limit = limit_param(request.query_params.get("limit"), 20)
+        ids = sorted(emu.store.anthropic_batches, key=lambda i: emu.store.anthropic_batches[i]["created"], reverse=True)
+        after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
+        if after:
+            ids = ids[ids.index(after) + 1 :] if after in ids else []
+            page = ids[:limit]
+            more = len(ids) > limit
+        elif before:
+            ids = ids[: ids.index(before)] if before in ids else []
+            page = ids[-limit:]
+            more = len(ids) > limit
+        else:
+            page, more = ids[:limit], len(ids) > limit
+        data = [batch_view(request, emu.store.anthropic_batches[i]) for i in page]
+        return JSONResponse(
+            {
+                "data": data,
+                "has_more": more,
+                "first_id": page[0] if page else None,
+                "last_id": page[-1] if page else None,
+            }
+        )
+
+    routes += [
+        create_message_batch,
+        get_message_batch,
+        cancel_message_batch,
+        delete_message_batch,
+        message_batch_results,
+        list_message_batches,
+    ]
+
+    return Router(routes=routes)

@@ -1,0 +1,52 @@
+"""The models each emulated API has. A request naming another is refused the way the real API refuses it (OpenAI: 404
+`model_not_found`; Anthropic: 404 `not_found_error`), live and inside batches, so a misspelt model fails the
+rehearsal rather than the overnight run.
+
+The names: those nspec's price table lists, other current chat models of each provider, and their dated snapshots
+(`claude-haiku-4-5-20251001`, `gpt-4.1-mini-2025-04-14`); the config's `models` adds names (an OpenAI-compatible
+server's own)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from nspec.compiler.prices import price_table
+
+# Chat models the providers serve that the price table does not list.
+_MORE = {
+    "openai": ("gpt-4", "gpt-4-turbo", "gpt-3.5-turbo", "o1", "o1-mini", "o3-mini", "o3-pro", "chatgpt-4o-latest"),
+    "anthropic": (
+        "claude-opus-4-5",
+        "claude-opus-4",
+        "claude-sonnet-4",
+        "claude-3-7-sonnet-latest",
+        "claude-3-5-sonnet-latest",
+        "claude-3-5-haiku-latest",
+        "claude-3-haiku",
+    ),
+}
+_SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+
+
+@functools.cache
+def _catalog(provider: str) -> frozenset[str]:
+    listed = [name.split("/", 1)[1] for name in price_table()["models"] if name.startswith(provider + "/")]
+    return frozenset((*listed, *_MORE[provider]))
+
+
+def served(provider: str, model: str, extra: list[str]) -> bool:
+    """Whether the emulated ``provider`` ("openai" or "anthropic") serves ``model``."""
+    return model in extra or _SNAPSHOT.sub("", model) in _catalog(provider) or model in _catalog(provider)
+
+
+def openai_refusal(model: str) -> dict[str, dict[str, Any]]:
+    """OpenAI's error body for a model it does not have (status 404)."""
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "model_not_found"}}
+
+
+def anthropic_refusal(model: str) -> dict[str, str]:
+    """Anthropic's error object for a model it does not have (status 404)."""
+    return {"type": "not_found_error", "message": f"model: {model}"}

@@ -1,0 +1,171 @@
+"""OpenAI's routes (base URL `http://HOST:PORT/v1`): files, batches (`openai_batches`) and chat completions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, Router
+
+from nspec.runners.emulator import openai_batches
+from nspec.runners.emulator.app import Api, ApiError, Dropped, limit_param
+from nspec.runners.emulator.generation import count_tokens, openai_completion
+from nspec.runners.emulator.models import openai_refusal
+
+
+def router(api: Api) -> Router:
+    emu, config = api.emu, api.config
+    routes: list[Route] = []
+
+    @api.route("openai", "POST", "/v1/files")
+    async def upload(request: Request) -> Response:
+        form = await request.form()
+        part = form.get("file")
+        purpose = form.get("purpose")
+        if part is None or isinstance(part, str):
+            raise ApiError(400, "invalid_request_error", "Missing required parameter: 'file'.", "file")
+        if purpose != "batch":
+            raise ApiError(
+                400, "invalid_request_error", f"Invalid purpose {purpose!r}; this emulator accepts 'batch'.", "purpose"
+            )
+        data = await part.read()
+        stored = emu.store.put_file(part.filename or "upload.jsonl", "batch", data, int(emu.clock.now()))
+        return JSONResponse(stored.as_openai())
+
+    routes.append(upload)
+
+    def openai_file(file_id: str) -> Any:
+        stored = emu.store.files.get(file_id)
+        if stored is None or stored.purpose == "batch_results":
+            raise ApiError(404, "invalid_request_error", f"No such File object: {file_id}", "id")
+        return stored
+
+    @api.route("openai", "GET", "/v1/files/{file_id}")
+    async def get_file(request: Request) -> Response:
+        return JSONResponse(openai_file(request.path_params["file_id"]).as_openai())
+
+    @api.route("openai", "GET", "/v1/files/{file_id}/content")
+    async def file_content(request: Request) -> Response:
+        stored = openai_file(request.path_params["file_id"])
+        data = emu.store.read_file(stored.id)
+        if emu.roll(config.faults.truncate_rate):
+            return Dropped(data, "application/octet-stream")
+        return Response(data, media_type="application/octet-stream")
+
+    @api.route("openai", "DELETE", "/v1/files/{file_id}")
+    async def delete_file(request: Request) -> Response:
+        stored = openai_file(request.path_params["file_id"])
+        emu.store.delete_file(stored.id)
+        return JSONResponse({"id": stored.id, "object": "file", "deleted": True})
+
+    routes += [get_file, file_content, delete_file]
+
+    @api.route("openai", "POST", "/v1/batches")
+    async def create_batch(request: Request) -> Response:
+        body = await api.json_body(request)
+        for name in ("input_file_id", "endpoint", "completion_window"):
+            if not isinstance(body.get(name), str):
+                raise ApiError(400, "invalid_request_error", f"Missing required parameter: '{name}'.", name)
+        if body["endpoint"] not in openai_batches.ENDPOINTS:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid endpoint {body['endpoint']!r}; this emulator supports /v1/chat/completions.",
+                "endpoint",
+            )
+        if body["completion_window"] != "24h":
+            raise ApiError(400, "invalid_request_error", "completion_window must be '24h'.", "completion_window")
+        metadata = body.get("metadata")
+        if metadata is not None and (
+            not isinstance(metadata, dict)
+            or len(metadata) > 16
+            or any(not isinstance(v, str) or len(k) > 64 or len(v) > 512 for k, v in metadata.items())
+        ):
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                "metadata: at most 16 pairs, keys up to 64 and values up to 512 characters.",
+                "metadata",
+            )
+        stored = emu.store.files.get(body["input_file_id"])
+        if stored is None:
+            raise ApiError(
+                404, "invalid_request_error", f"No such File object: {body['input_file_id']}", "input_file_id"
+            )
+        if stored.purpose != "batch":
+            raise ApiError(400, "invalid_request_error", "The input file must have purpose 'batch'.", "input_file_id")
+        batch = openai_batches.create(
+            emu.store,
+            config,
+            emu.rng,
+            stored.id,
+            body["endpoint"],
+            body["completion_window"],
+            metadata,
+            emu.clock.now(),
+        )
+        return JSONResponse(openai_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder))
+
+    def openai_batch(batch_id: str) -> dict[str, Any]:
+        batch = emu.store.openai_batches.get(batch_id)
+        if batch is None:
+            raise ApiError(404, "invalid_request_error", f"No batch found with id '{batch_id}'.", "batch_id")
+        return batch
+
+    @api.route("openai", "GET", "/v1/batches/{batch_id}")
+    async def get_batch(request: Request) -> Response:
+        batch = openai_batch(request.path_params["batch_id"])
+        return JSONResponse(openai_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder))
+
+    @api.route("openai", "POST", "/v1/batches/{batch_id}/cancel")
+    async def cancel_batch(request: Request) -> Response:
+        batch = openai_batch(request.path_params["batch_id"])
+        openai_batches.cancel(emu.store, batch, config, emu.clock.now())
+        return JSONResponse(openai_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder))
+
+    @api.route("openai", "GET", "/v1/batches")
+    async def list_batches(request: Request) -> Response:
+        limit = limit_param(request.query_params.get("limit"), 20)
+        ids = sorted(emu.store.openai_batches, key=lambda i: emu.store.openai_batches[i]["created"], reverse=True)
+        after = request.query_params.get("after")
+        if after:
+            ids = ids[ids.index(after) + 1 :] if after in ids else []
+        page = ids[:limit]
+        now = emu.clock.now()
+        data = [openai_batches.status(emu.store, emu.store.openai_batches[i], config, now, emu.responder) for i in page]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "first_id": page[0] if page else None,
+                "last_id": page[-1] if page else None,
+                "has_more": len(ids) > limit,
+            }
+        )
+
+    routes += [create_batch, get_batch, cancel_batch, list_batches]
+
+    @api.route("openai", "POST", "/v1/chat/completions", live=True)
+    async def chat(request: Request) -> Response:
+        body = await api.json_body(request)
+        if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise ApiError(400, "invalid_request_error", "Missing required parameter: 'messages'.", "messages")
+        if body.get("stream"):
+            raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
+        if not api.serves("openai", body["model"]):
+            error = openai_refusal(body["model"])["error"]
+            raise ApiError(404, error["type"], error["message"], code=error["code"])
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
+        headers = api.live_limit("openai", body, prompt, int(limit))
+        await asyncio.sleep(config.timing.live_latency_seconds)
+        completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
+
+    routes.append(chat)
+
+    return Router(routes=routes)

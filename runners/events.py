@@ -1,0 +1,35 @@
+"""What a running stage reports as it goes, for whoever shows progress: the CLI draws a progress bar and prints
+waits; a library user may log them or ignore them. Nothing in the runners prints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a stage did.
+
+    - ``live-start``: ``total`` requests are about to be sent one by one (``kind``: live or local);
+    - ``live-result``: one more came back; ``cost_usd`` spent so far in this send;
+    - ``live-end``: the send is over;
+    - ``waiting``: ``pending`` requests are not done; the next poll is in ``delay`` seconds;
+    - ``compiled``: the run directory is ``detail`` (a `run` call says it before it sends anything).
+    """
+
+    name: str
+    stage: str = "answers"
+    kind: str = ""
+    total: int = 0
+    cost_usd: float = 0.0
+    pending: int = 0
+    delay: float = 0.0
+    detail: str = ""
+
+
+Listener = Callable[[Event], None]
+
+
+def ignore(event: Event) -> None:
+    """The listener of a caller that shows nothing."""

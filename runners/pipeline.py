@@ -1,0 +1,169 @@
+"""The pipeline as a library: compile → submit → collect → score → report over a run directory, and `run` for all
+of them. Each call is idempotent and resumable, returns a typed result, and reports progress as events
+(`nspec.runners.events`); nothing here prints or exits, so the CLI and a notebook run the same code, and a spec
+compiled here gets the run id the CLI gives it (providers and their tokenizers come from the registry, not from
+the CLI's start-up).
+
+    compiled = compile_spec("specs/magic-number.yaml")
+    sent = submit(compiled.path)              # uploads batches, runs live and local models
+    got = collect(compiled.path, wait=True)   # downloads results, resubmits failures per the retry policy
+    scored = score(compiled.path, wait=True)  # scorers, then judges for what they leave open
+    page = report([compiled.path])
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nspec.compiler.run_directory import compile_run
+from nspec.provenance import describe
+from nspec.runners.events import Event, Listener, ignore
+from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
+from nspec.runners.importer import Imported, import_results
+from nspec.runners.rundir import Run, exclusive
+from nspec.runners.session import Session, grade, set_scoring, stages
+from nspec.spec import load_spec
+
+
+@dataclass(frozen=True)
+class Compiled:
+    path: Path
+    run_id: str
+    created: bool  # False when an identical run directory already existed
+
+
+@dataclass(frozen=True)
+class Sent:
+    created: list[str]  # batch ids created now
+    adopted: list[str]  # batch ids found again after an interruption
+    pending: int  # requests not done yet
+    failed: int  # requests that ended without an answer
+
+
+@dataclass(frozen=True)
+class Collected:
+    collected: dict[str, int]  # results written now, per stage
+    pending: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class Scored:
+    counts: dict[str, int]  # cells per verdict ("pass", "fail", "undecided", "error", "undecided (judge error)")
+    pending: int  # judge requests not done yet
+
+    @property
+    def judge_errors(self) -> int:
+        """Cells without a verdict because too few judges gave one."""
+        return self.counts.get(JUDGE_ERROR, 0)
+
+
+@dataclass(frozen=True)
+class Ran:
+    path: Path
+    sent: Sent
+    collected: Collected
+    scored: Scored | None = None  # None while answers are pending
+    report: Path | None = None  # None until every answer and verdict is in
+    pending: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        pending = self.collected.pending + (self.scored.pending if self.scored else 0)
+        object.__setattr__(self, "pending", pending)
+
+
+def compile_spec(spec_file: str, out: str | Path = "outputs") -> Compiled:
+    """Load and validate a spec, and write its run directory under ``out/<name>/<run id>`` (a no-op if it exists)."""
+    loaded = load_spec(spec_file)
+    result = compile_run(loaded.data, loaded.base_dir, out, describe(loaded))
+    return Compiled(result.path, result.path.name, result.created)
+
+
+def submit(run: str | Path, events: Listener = ignore, live_backoff: float = 0.5) -> Sent:
+    """Upload and create the batches not yet created, and run live and local models; safe to repeat."""
+    with exclusive(Path(run)):
+        session = Session.open(str(run), live_backoff, events=events)
+        try:
+            progress = session.submit()
+        finally:
+            session.close()
+    return Sent(progress.created, progress.adopted, progress.pending, progress.failed)
+
+
+def collect(run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5) -> Collected:
+    """Download finished results of every stage; resubmit failed and expired requests per the retry policy. With
+    ``wait``, poll until nothing is pending."""
+    collected: dict[str, int] = {}
+    pending = failed = 0
+    with exclusive(Path(run)):
+        for stage in stages(Run(run)):
+            session = Session.open(str(run), live_backoff, stage=stage, events=events)
+            try:
+                progress = session.collect(wait)
+            finally:
+                session.close()
+            collected[stage] = progress.collected
+            pending, failed = pending + progress.pending, failed + progress.failed
+    return Collected(collected, pending, failed)
+
+
+def collect_from(run: str | Path, output_file: str | Path) -> Imported:
+    """Import results computed elsewhere (the output of `vllm run-batch` on the compiled request files)."""
+    with exclusive(Path(run)):
+        return import_results(Run(run), Path(output_file))
+
+
+def score(run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5) -> Scored:
+    """Grade every answer: scorers first, then the spec's judges (a second batch stage) for what they leave open."""
+    with exclusive(Path(run)):
+        counts, pending = grade(str(run), wait, events, live_backoff)
+    return Scored(counts, pending)
+
+
+def rescore(run: str | Path, spec_file: str, wait: bool = False, events: Listener = ignore) -> Scored:
+    """Grade a run again with a changed scoring section; only judge requests not made before are sent."""
+    with exclusive(Path(run)):
+        set_scoring(Run(run), load_spec(spec_file).data)
+        return score(run, wait, events)
+
+
+def report(runs: list[str | Path], out: str | Path | None = None) -> Path:
+    """Build the report of one run (into its report/) or of several compared; returns index.html."""
+    from nspec.runners.report import build_report
+
+    with ExitStack() as stack:
+        for r in runs:
+            stack.enter_context(exclusive(Path(r)))
+        return build_report([Run(r) for r in runs], Path(out) if out else None)
+
+
+def run(spec_file: str, out: str | Path = "outputs", wait: bool = False, events: Listener = ignore) -> Ran:
+    """Compile, submit, collect, score and report; calling it again continues where it stopped. Without ``wait``
+    it returns as soon as something is pending (``Ran.pending``)."""
+    path = compile_spec(spec_file, out).path
+    events(Event("compiled", detail=str(path)))
+    with exclusive(path):
+        sent = submit(path, events)
+        got = collect(path, wait, events)
+        if got.pending:
+            return Ran(path, sent, got)
+        scored = score(path, wait, events)
+        if scored.pending:
+            return Ran(path, sent, got, scored)
+        return Ran(path, sent, got, scored, report([path]))
+
+
+def status(run: str | Path) -> dict[str, Any]:
+    """What is pending, done and failed per stage and model, batches with their provider status, and the verdicts
+    so far."""
+    reports = []
+    for stage in stages(Run(run)):
+        session = Session.open(str(run), stage=stage)
+        try:
+            reports.append(session.status())
+        finally:
+            session.close()
+    return {"run": str(run), "stages": reports, "scores": verdict_counts(Run(run))}

@@ -1,0 +1,85 @@
+"""The typed run-directory contract: nspec.records and the JSON Schemas name the same fields, the schemas refuse
+what they do not know, and the one JSONL reader and writer behave (stable bytes, atomic writes, streamed reads)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints, is_typeddict
+
+import pytest
+
+from nspec import jsonl, records
+from tests.contract import problems, schema
+
+GOLDEN = Path(__file__).parent / "golden"
+
+PAIRS = [
+    (records.CellRecord, "cell"),
+    (records.ResultRecord, "result"),
+    (records.ScoreRecord, "score"),
+    (records.Manifest, "manifest"),
+]
+
+
+def _typed_dict_of(hint: Any) -> Any:
+    """The TypedDict a field holds (directly, in a list, or optionally), if any."""
+    if is_typeddict(hint):
+        return hint
+    if get_origin(hint) in (list, typing.Union, types.UnionType):
+        for arg in get_args(hint):
+            found = _typed_dict_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _compare(kind: Any, node: dict[str, Any], where: str) -> list[str]:
+    hints = get_type_hints(kind)
+    out = []
+    if set(hints) != set(node["properties"]):
+        out.append(f"{where}: {kind.__name__} has {sorted(hints)}, the schema {sorted(node['properties'])}")
+    if set(kind.__required_keys__) != set(node.get("required", [])):
+        out.append(f"{where}: required {sorted(kind.__required_keys__)} vs {sorted(node.get('required', []))}")
+    if node.get("additionalProperties") is not False:
+        out.append(f"{where}: the schema must refuse unknown fields")
+    for field, hint in hints.items():
+        inner = _typed_dict_of(hint)
+        if inner is not None and field in node["properties"]:
+            sub = node["properties"][field]
+            out += _compare(inner, sub.get("items", sub), f"{where}.{field}")
+    return out
+
+
+@pytest.mark.parametrize(("kind", "name"), PAIRS, ids=[n for _, n in PAIRS])
+def test_the_types_and_the_schemas_name_the_same_fields(kind, name):
+    assert _compare(kind, schema(name), name) == []
+
+
+def test_the_schemas_refuse_a_field_they_do_not_know_and_a_missing_one(tmp_path):
+    cell = next(jsonl.read(GOLDEN / "noise" / "cells.jsonl"))
+    bad = tmp_path / "cells.jsonl"
+    jsonl.write(bad, [{**cell, "surprise": 1}, {k: v for k, v in cell.items() if k != "question"}])
+    found = problems(bad, "cell")
+    assert any("cells.jsonl:1" in p and "surprise" in p for p in found)
+    assert any("cells.jsonl:2" in p and "question" in p for p in found)
+
+
+def test_jsonl_lines_are_stable_and_written_whole(tmp_path):
+    assert jsonl.encode({"b": "é", "a": [1, None]}) == '{"b":"é","a":[1,null]}\n'.encode()
+    path = tmp_path / "x.jsonl"
+    jsonl.write(path, ({"n": n} for n in range(3)))
+    assert [r["n"] for r in jsonl.read(path)] == [0, 1, 2]
+    assert [raw for _, raw in jsonl.read_raw(path)] == [b'{"n":0}\n', b'{"n":1}\n', b'{"n":2}\n']
+    assert not list(tmp_path.glob("*.part"))
+
+    def failing():
+        yield {"n": 9}
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        jsonl.write(path, failing())
+    assert [r["n"] for r in jsonl.read(path)] == [0, 1, 2]  # the old file stands until the new one is whole
+    assert not list(tmp_path.glob("*.part"))  # and the half-written one is gone
+    assert list(jsonl.read(tmp_path / "absent.jsonl")) == []
