@@ -137,6 +137,19 @@ class CellMaker:
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
 
+    def count(self) -> int:
+        """How many cells the grid makes, by arithmetic (nothing is built): what the cell cap is checked against
+        before any work. Cells that `run.on_too_long: drop` would drop are counted."""
+        if self.is_stack:
+            per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
+            questions = len(self.source.questions)
+            if per_trial is not None:
+                questions = min(questions, per_trial)
+            per_slot = len(self.depths) * len(self.repeats) * questions
+        else:
+            per_slot = len(self.depths)
+        return self.trials * len(self.models) * len(self.variants) * len(self.lengths) * (per_slot + self.negatives)
+
     # -- haystack text -------------------------------------------------------------------------------------------
 
     def _text(self, tokenizer: Tokenizer, trial: int) -> TokenizedText:

@@ -15,7 +15,6 @@ import hashlib
 import itertools
 import json
 import os
-import stat
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from importlib import resources
 from typing import Any
 
 from nspec.errors import Location, SpecError, SpecIssue
+from nspec.inputs import Confinement, InputRefused, open_regular, read_input
 
 from .draws import Draws
 from .tokenizers import Tokenizer
@@ -88,8 +88,9 @@ def corpus_names(setting: str | list[str]) -> list[str]:
     return [setting] if isinstance(setting, str) else list(setting)
 
 
-def load_haystack(spec: dict[str, Any], base_dir: str) -> HaystackSource:
-    """Read the haystack a resolved spec names. Paths are relative to ``base_dir``."""
+def load_haystack(spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None) -> HaystackSource:
+    """Read the haystack a resolved spec names. Paths are relative to ``base_dir``; files outside ``confinement``
+    (when given) are refused unread."""
     kind = next(k for k in ("corpus", "files", "noise", "stack") if k in spec)
     separator = spec.get("separator", default_separator(kind))
     vary = spec.get("vary", "offset")
@@ -106,7 +107,7 @@ def load_haystack(spec: dict[str, Any], base_dir: str) -> HaystackSource:
     elif kind == "files":
         for path in haystack_paths(spec, base_dir):
             name = os.path.relpath(path, base_dir)
-            data = inputs.add(name, _read(path))
+            data = inputs.add(name, _read(path, confinement))
             try:
                 docs.append(data.decode("utf-8"))
             except UnicodeDecodeError as exc:
@@ -117,7 +118,7 @@ def load_haystack(spec: dict[str, Any], base_dir: str) -> HaystackSource:
         docs.append(inputs.add("noise", " ".join(sentences).encode()).decode())
         names.append("noise")
     else:
-        return _load_stack(spec["stack"], separator, vary, base_dir, inputs)
+        return _load_stack(spec["stack"], separator, vary, base_dir, inputs, confinement)
     return HaystackSource(kind, docs, separator, vary, inputs.digest.hexdigest(), names=names, files=inputs.files)
 
 
@@ -129,11 +130,13 @@ def haystack_paths(spec: dict[str, Any], base_dir: str) -> list[str]:
     return sorted(p for p in matches if not os.path.isdir(p))
 
 
-def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str, inputs: _Inputs) -> HaystackSource:
+def _load_stack(
+    stack: dict[str, Any], separator: str, vary: str, base_dir: str, inputs: _Inputs, confinement: Confinement | None
+) -> HaystackSource:
     id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
     items: dict[str, str] = {}
     items_path = os.path.join(base_dir, stack["items"])
-    for line_no, obj in _jsonl(items_path, stack["items"], inputs):
+    for line_no, obj in _jsonl(items_path, stack["items"], inputs, confinement):
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
             raise _line_error(items_path, line_no, f"needs `{id_field}` and a non-empty `{text_field}`")
@@ -142,7 +145,7 @@ def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str,
         items[str(item_id)] = text.strip()
     questions: list[StackQuestion] = []
     questions_path = os.path.join(base_dir, stack["questions"])
-    for line_no, obj in _jsonl(questions_path, stack["questions"], inputs):
+    for line_no, obj in _jsonl(questions_path, stack["questions"], inputs, confinement):
         item, question, answer = obj.get("item"), obj.get("question"), obj.get("answer")
         if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
             raise _line_error(questions_path, line_no, "needs `item`, `question` and `answer`")
@@ -171,23 +174,19 @@ def _load_stack(stack: dict[str, Any], separator: str, vary: str, base_dir: str,
     )
 
 
+# The most nspec reads of one haystack or stack file (the compile holds its text in memory).
+MAX_SOURCE_BYTES = 256 << 20
+
+
 def source_problem(path: str) -> str | None:
-    """Why a haystack source file cannot fill a context (None if it can): only a regular file is ever opened — a
+    """Why a haystack source file cannot fill a context (None if it can): only a regular file is ever read — a
     directory, FIFO, socket or device is refused unread — and it must hold text: not empty, not only white space,
     no NUL byte (a binary file) in its first 64 KB."""
     try:
-        info = os.stat(path)
-    except OSError as exc:
-        return f"cannot be read: {exc.strerror or exc}"
-    if stat.S_ISDIR(info.st_mode):
-        return "is a directory, not a text file"
-    if not stat.S_ISREG(info.st_mode):
-        return "is not a regular file (a FIFO, socket or device): refused unread"
-    if info.st_size == 0:
-        return "is empty"
-    try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(65536)
+            if not head:
+                return "is empty"
             if b"\0" in head:
                 return "is binary (it holds NUL bytes), not text"
             chunk = head
@@ -195,21 +194,27 @@ def source_problem(path: str) -> str | None:
                 chunk = fh.read(1 << 20)
             if not chunk.strip():
                 return "holds only white space"
+    except InputRefused as exc:
+        return exc.reason
     except OSError as exc:
         return f"cannot be read: {exc.strerror or exc}"
     return None
 
 
-def _read(path: str) -> bytes:
-    problem = source_problem(path)
+def _read(path: str, confinement: Confinement | None) -> bytes:
+    problem = confinement.problem(path) if confinement is not None else None
+    if problem is None:
+        problem = source_problem(path)
     if problem is not None:
         raise SpecError([SpecIssue(Location(path, 1, 1), "haystack", f"{path} {problem}")])
-    with open(path, "rb") as fh:
-        return fh.read()
+    try:
+        return read_input(path, MAX_SOURCE_BYTES)
+    except InputRefused as exc:
+        raise SpecError([SpecIssue(Location(path, 1, 1), "haystack", str(exc))]) from None
 
 
-def _jsonl(path: str, name: str, inputs: _Inputs) -> list[tuple[int, dict[str, Any]]]:
-    data = inputs.add(name, _read(path))
+def _jsonl(path: str, name: str, inputs: _Inputs, confinement: Confinement | None) -> list[tuple[int, dict[str, Any]]]:
+    data = inputs.add(name, _read(path, confinement))
     out = []
     for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         if not line.strip():

@@ -20,13 +20,17 @@ from typing import IO, Any
 from ruamel.yaml import YAML
 
 from nspec import __version__, jsonl
-from nspec.errors import CompileError
+from nspec.errors import CompileError, writing
+from nspec.inputs import Confinement
 
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model
 from .haystack import HaystackSource, load_haystack
 from .prices import price_for, price_table
 
 FORMAT_VERSION = 1
+# The most cells a compile makes unless told otherwise: beyond any grid run so far, and still a bounded compile
+# (about a minute per 100,000 cells at 128K tokens on two cores, see bench/compile.py).
+DEFAULT_MAX_CELLS = 2_000_000
 
 
 def compile_hash(spec: dict[str, Any], source: HaystackSource, tokenizers: list[str]) -> str:
@@ -114,9 +118,17 @@ class Plan:
         }
 
 
-def _prepare(spec: dict[str, Any], base_dir: str) -> tuple[HaystackSource, CellMaker, str]:
-    source = load_haystack(spec["haystack"], base_dir)
+def _prepare(
+    spec: dict[str, Any], base_dir: str, confinement: Confinement | None, max_cells: int
+) -> tuple[HaystackSource, CellMaker, str]:
+    source = load_haystack(spec["haystack"], base_dir, confinement)
     maker = CellMaker(spec, source)
+    cells = maker.count()
+    if cells > max_cells:
+        raise CompileError(
+            f"the grid makes {cells:,} cells, more than the cap of {max_cells:,}: shrink the grid (lengths, depths, "
+            "trials, models, prompts, repeats, questions), or raise the cap with --max-cells"
+        )
     return source, maker, compile_hash(spec, source, [m.tokenizer.name for m in maker.models])
 
 
@@ -203,9 +215,12 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
     return out
 
 
-def plan(spec: dict[str, Any], base_dir: str) -> Plan:
-    """Every cell made and counted, nothing written."""
-    source, maker, digest = _prepare(spec, base_dir)
+def plan(
+    spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None, max_cells: int = DEFAULT_MAX_CELLS
+) -> Plan:
+    """Every cell made and counted, nothing written. Haystack files outside ``confinement`` are refused; a grid of
+    more than ``max_cells`` cells is refused before any work."""
+    source, maker, digest = _prepare(spec, base_dir, confinement, max_cells)
     totals = {m.label: ModelTotals(m) for m in maker.models}
     for cell in maker.cells():
         totals[cell.model.label].add(cell)
@@ -266,18 +281,28 @@ class CompileResult:
     created: bool  # False when an identical run directory already existed
 
 
-def compile_run(spec: dict[str, Any], base_dir: str, out_root: str | Path, provenance: dict[str, Any]) -> CompileResult:
-    """Write the run directory of a resolved spec under ``out_root/<name>/<run id>``."""
-    source, maker, digest = _prepare(spec, base_dir)
+def compile_run(
+    spec: dict[str, Any],
+    base_dir: str,
+    out_root: str | Path,
+    provenance: dict[str, Any],
+    confinement: Confinement | None = None,
+    max_cells: int = DEFAULT_MAX_CELLS,
+) -> CompileResult:
+    """Write the run directory of a resolved spec under ``out_root/<name>/<run id>``. Haystack files outside
+    ``confinement`` (when given: `nspec.spec.load_spec` makes it) are refused unread; a grid of more than
+    ``max_cells`` cells is refused before any work."""
+    source, maker, digest = _prepare(spec, base_dir, confinement, max_cells)
     parent = Path(out_root) / spec["name"]
     final = parent / digest[:12]
     if (final / "manifest.json").is_file():
         return CompileResult(final, created=False)
     tmp = parent / f".{digest[:12]}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "answers" / "requests").mkdir(parents=True)
     try:
-        _write(tmp, spec, source, maker, digest, provenance)
+        with writing(final):
+            (tmp / "answers" / "requests").mkdir(parents=True)
+            _write(tmp, spec, source, maker, digest, provenance)
         try:
             os.rename(tmp, final)
         except OSError:

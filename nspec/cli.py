@@ -5,6 +5,7 @@ Exit codes: 0 done; 1 internal error (a bug); 2 bad input; 3 submitted and still
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -28,7 +29,8 @@ from rich.table import Table
 from rich.text import Text
 
 from nspec import __version__
-from nspec.errors import NspecError, SpecError, SpecIssue, UserError
+from nspec.compiler.run_directory import DEFAULT_MAX_CELLS
+from nspec.errors import NspecError, SpecError, SpecIssue, UserError, storage_error
 from nspec.provenance import describe, summary
 from nspec.runners.events import Event
 from nspec.spec import load_spec, schema_path
@@ -62,6 +64,27 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return table
 
 
+WaitLock = Annotated[
+    bool,
+    typer.Option(
+        "--wait-lock", help="If another nspec process is working in the run directory, wait for it instead of exit 3."
+    ),
+]
+MaxCells = Annotated[
+    int,
+    typer.Option("--max-cells", min=1, help="Refuse a grid of more cells than this, before any work."),
+]
+AllowPaths = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-path",
+        metavar="DIR",
+        help="Also let the spec read files under DIR (repeatable); by default it reads only under its root: the git "
+        "work tree that holds it, else its folder.",
+    ),
+]
+
+
 def _print_json(data: object) -> None:
     _stdout().print(json.dumps(data, indent=2), markup=False)
 
@@ -85,12 +108,13 @@ def _root(
 def validate(
     specs: Annotated[list[str], typer.Argument(help="Spec files to check.", metavar="SPEC")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    allow_path: AllowPaths = None,
 ) -> None:
     """Check specs against the schema and the spec rules; report every error as FILE:LINE:COL: key.path: message."""
     results: list[tuple[str, list[SpecIssue], list[SpecIssue]]] = []
     for spec in specs:
         try:
-            results.append((spec, [], load_spec(spec).warnings))
+            results.append((spec, [], load_spec(spec, allow_path or ()).warnings))
         except SpecError as exc:
             results.append((spec, exc.issues, []))
     valid = all(not issues for _, issues, _ in results)
@@ -133,13 +157,20 @@ def validate(
 def plan(
     spec: Annotated[str, typer.Argument(help="The spec file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    allow_path: AllowPaths = None,
+    max_cells: MaxCells = DEFAULT_MAX_CELLS,
 ) -> None:
     """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
     from nspec.compiler.run_directory import plan as make_plan
 
-    loaded = load_spec(spec)
+    loaded = load_spec(spec, allow_path or ())
     _print_issues(_stderr(), loaded.warnings, "warning: ")
-    result = {**make_plan(loaded.data, loaded.base_dir).as_dict(), "provenance": describe(loaded)}
+    planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells)
+    from nspec.runners.pipeline import destinations
+
+    sends = destinations(loaded.data)
+    as_data = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
+    result = {**planned.as_dict(), "max_cells": max_cells, "destinations": as_data, "provenance": describe(loaded)}
     if as_json:
         _print_json(result)
         return
@@ -172,6 +203,8 @@ def plan(
         )
     console = _stdout()
     console.print(table)
+    cells = sum(m["cells"] + m["dropped_cells"] for m in result["models"])
+    console.print(f"{cells:,} cells (the cap is {max_cells:,}: --max-cells)", markup=False)
     dropped = sum(m["dropped_cells"] for m in result["models"])
     if dropped:
         console.print(f"{dropped} cells dropped: longer than their model's max_context (run.on_too_long: drop)")
@@ -182,6 +215,8 @@ def plan(
     )
     for note in result["fallbacks"]:
         console.print(Text.assemble(("note: ", "yellow"), note["message"]))
+    for sent in sends:
+        console.print(f"sends to: {sent}", markup=False)
     console.print(summary(result["provenance"]), markup=False)
     console.print(
         f"Prices as of {result['prices']['as_of']}, {result['prices']['currency']}; output cost assumes "
@@ -194,11 +229,13 @@ def plan(
 def compile_command(
     spec: Annotated[str, typer.Argument(help="The spec file.")],
     out: Annotated[str, typer.Option("-o", "--out", help="Root folder of run directories.")] = "outputs",
+    allow_path: AllowPaths = None,
+    max_cells: MaxCells = DEFAULT_MAX_CELLS,
 ) -> None:
     """Write the run directory (outputs/<name>/<run id>) with cells and provider request files; print its path."""
     from nspec.runners import pipeline
 
-    compiled = pipeline.compile_spec(spec, out)
+    compiled = pipeline.compile_spec(spec, out, allow_path or (), max_cells)
     if not compiled.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
     _stdout().print(str(compiled.path), markup=False)
@@ -209,12 +246,15 @@ def _usd(value: float | None) -> str:
 
 
 @app.command()
-def submit(run: Annotated[str, typer.Argument(help="The run directory (printed by nspec compile).")]) -> None:
+def submit(
+    run: Annotated[str, typer.Argument(help="The run directory (printed by nspec compile).")],
+    wait_lock: WaitLock = False,
+) -> None:
     """Upload and create batches for pending shards, and run live models; safe to repeat."""
     from nspec.runners import pipeline
 
     with _Progress() as events:
-        sent = pipeline.submit(run, events)
+        sent = pipeline.submit(run, events, wait_lock=wait_lock)
     out = _stdout()
     for batch_id in sent.created:
         out.print(f"created batch {batch_id}", markup=False)
@@ -290,6 +330,7 @@ def collect(
         str | None,
         typer.Option("--from", help="Import an output file of `vllm run-batch` (OpenAI batch-output lines)."),
     ] = None,
+    wait_lock: WaitLock = False,
 ) -> None:
     """Download finished results into answers/results.jsonl; resubmit failed and expired requests per the retry
     policy. With --from, import results computed elsewhere instead. Exit 3 while requests are pending, 4 if some
@@ -297,7 +338,8 @@ def collect(
     from nspec.runners import pipeline
 
     if from_file is not None:
-        imported = pipeline.collect_from(run, from_file)
+        with _Progress() as events:
+            imported = pipeline.collect_from(run, from_file, events, wait_lock)
         _stdout().print(
             f"{imported.written} results imported, {imported.already} already "
             f"there, {imported.unknown} lines not of this run; {imported.missing} requests still without a "
@@ -307,7 +349,7 @@ def collect(
         _finish(imported.missing, imported.failed)
         return
     with _Progress() as events:
-        got = pipeline.collect(run, wait, events)
+        got = pipeline.collect(run, wait, events, wait_lock=wait_lock)
     for stage, n in got.collected.items():
         _stdout().print(f"{stage}: {n} results collected", markup=False)
     _finish(got.pending, got.failed)
@@ -317,13 +359,14 @@ def collect(
 def score(
     run: Annotated[str, typer.Argument(help="The run directory.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,
+    wait_lock: WaitLock = False,
 ) -> None:
     """Grade every answer: deterministic scorers first, then the spec's judges (a second batch stage) for what they
     leave undecided; scores.jsonl. Exit 3 while judge requests are pending, 4 if judges gave too few verdicts."""
     from nspec.runners import pipeline
 
     with _Progress() as events:
-        scored = pipeline.score(run, wait, events)
+        scored = pipeline.score(run, wait, events, wait_lock=wait_lock)
     _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
     _finish_grading(scored)
 
@@ -333,13 +376,15 @@ def rescore(
     run: Annotated[str, typer.Argument(help="The run directory.")],
     spec: Annotated[str, typer.Option("--spec", help="The spec whose (changed) scoring section to grade with.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,
+    allow_path: AllowPaths = None,
+    wait_lock: WaitLock = False,
 ) -> None:
     """Grade a run again with a changed scoring section, without asking the tested models again; only judge
     requests not made before are sent."""
     from nspec.runners import pipeline
 
     with _Progress() as events:
-        scored = pipeline.rescore(run, spec, wait, events)
+        scored = pipeline.rescore(run, spec, wait, events, allow_path or (), wait_lock)
     _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
     _finish_grading(scored)
 
@@ -362,6 +407,9 @@ def run_command(
     spec: Annotated[str, typer.Argument(help="The spec file.")],
     wait: Annotated[bool, typer.Option("--wait", help="Poll until every request has a final result.")] = False,
     out: Annotated[str, typer.Option("-o", "--out", help="Root folder of run directories.")] = "outputs",
+    allow_path: AllowPaths = None,
+    max_cells: MaxCells = DEFAULT_MAX_CELLS,
+    wait_lock: WaitLock = False,
 ) -> None:
     """Compile, submit, collect, score and report; running it again continues where it stopped.
     Exit 3 while batches are pending (for cron: run again later)."""
@@ -369,7 +417,7 @@ def run_command(
 
     console = _stdout()
     with _Progress() as events:
-        ran = pipeline.run(spec, out, wait, events)
+        ran = pipeline.run(spec, out, wait, events, allow_path or (), max_cells, wait_lock)
     if ran.scored is not None:
         console.print("scores: " + _verdicts(ran.scored.counts), markup=False)
     if ran.report is not None:
@@ -461,6 +509,7 @@ def questions(
     spec: Annotated[str, typer.Argument(help="A spec with a `stack` haystack.")],
     count: Annotated[int, typer.Option(help="How many items to show.")] = 5,
     seed: Annotated[int, typer.Option(help="Which random items (change it for others).")] = 0,
+    allow_path: AllowPaths = None,
 ) -> None:
     """Show random stack items and append the question and answer you type for each to the spec's questions file.
     Reads standard input, so it can be scripted."""
@@ -469,11 +518,11 @@ def questions(
     from nspec.compiler.haystack import load_haystack
     from nspec.runners.grading.audit import ask_questions
 
-    loaded = load_spec(spec)
+    loaded = load_spec(spec, allow_path or ())
     haystack = loaded.data["haystack"]
     if "stack" not in haystack:
         raise UserError(f"{spec} has no stack haystack; questions are written for needlestack specs")
-    source = load_haystack(haystack, loaded.base_dir)
+    source = load_haystack(haystack, loaded.base_dir, loaded.confinement)
     asked = {q.item for q in source.questions}
 
     def read() -> str | None:
@@ -498,14 +547,15 @@ def vet_command(
     trials: Annotated[int, typer.Option(help="How many times each model is asked each question.")] = 5,
     closed_book: Annotated[bool, typer.Option("--closed-book", help="Ask with no context at all.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    allow_path: AllowPaths = None,
 ) -> None:
     """Ask each model each question with only its needle (or item) as context, N times; flag questions any model
     fails, so the test measures attention, not comprehension. --closed-book flags questions answered from memory.
     Exit 4 if any question is flagged. Makes live calls."""
     from nspec.runners.grading.vet import vet
 
-    loaded = load_spec(spec)
-    rows = vet(loaded.data, loaded.base_dir, trials, closed_book)
+    loaded = load_spec(spec, allow_path or ())
+    rows = vet(loaded.data, loaded.base_dir, trials, closed_book, loaded.confinement)
     flagged = [r for r in rows if r["flagged"]]
     if as_json:
         _print_json(rows)
@@ -562,8 +612,12 @@ class _Progress:
         return self.show
 
     def show(self, event: Event) -> None:
-        if event.name == "compiled":
+        if event.name == "destinations":
+            _stdout().print(f"sends to: {event.detail}", markup=False)
+        elif event.name == "compiled":
             _stdout().print(f"run directory: {event.detail}", markup=False)
+        elif event.name == "lock-wait":
+            _stderr().print(f"{event.detail} is working in it; waiting", markup=False)
         elif event.name == "waiting":
             _stderr().print(f"{event.pending} requests pending; polling again in {event.delay:.0f}s", markup=False)
         elif event.name == "live-start" and sys.stderr.isatty():
@@ -606,7 +660,7 @@ def _finish(pending: int, failed: int) -> None:
 @app.command()
 def emulator(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on (0: one the OS picks).")] = 8765,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: one the OS picks).")] = 8765,
     responder: Annotated[
         str, typer.Option(help="What the models answer: oracle | echo | local (the local engine's model).")
     ] = "",
@@ -627,12 +681,12 @@ def emulator(
     out = _stdout()
     out.print(f"OpenAI base URL:    {server.openai_base_url}", markup=False)
     out.print(f"Anthropic base URL: {server.anthropic_base_url}", markup=False)
-    out.print(
-        "Any non-empty API key is accepted"
-        + (" (set api_key in the config to require one)" if settings.api_key is None else "")
-        + ". Ctrl-C stops.",
-        markup=False,
+    keys = (
+        "Any non-empty API key is accepted (set api_key in the config to require one)"
+        if settings.api_key is None
+        else "Only the API key set in the config (api_key) is accepted"
     )
+    out.print(f"{keys}. Ctrl-C stops.", markup=False)
     server.serve_forever()
 
 
@@ -678,10 +732,17 @@ def _print_issues(console: Console, issues: list[SpecIssue], label: str = "") ->
         console.print(text)
 
 
+@functools.cache
+def _command() -> Any:
+    """The click command typer builds from `app`, built once per process (building it costs more than most
+    commands' work)."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; the single place where errors become exit codes."""
     try:
-        app(args=argv, prog_name="nspec")  # standalone: usage errors print themselves and exit 2
+        _command().main(args=argv, prog_name="nspec")  # standalone: usage errors print themselves and exit 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except SpecError as exc:
@@ -692,18 +753,29 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug: say so plainly, keep the traceback out of the user's way
-        if os.environ.get("NSPEC_DEBUG"):
-            traceback.print_exc()
-        _stderr().print(
-            Text.assemble(
-                ("internal error: ", "bold red"),
-                f"{type(exc).__name__}: {exc}",
-                " (a bug in nspec; set NSPEC_DEBUG=1 to see the traceback)",
-            )
-        )
-        return 1
+    except OSError as exc:
+        storage = storage_error(exc)
+        if storage is None:
+            return _internal_error(exc)
+        _stderr().print(Text.assemble(("error: ", "bold red"), str(storage)))
+        return storage.exit_code
+    except Exception as exc:
+        return _internal_error(exc)
     return 0
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A bug: say so plainly, keep the traceback out of the user's way."""
+    if os.environ.get("NSPEC_DEBUG"):
+        traceback.print_exception(exc)
+    _stderr().print(
+        Text.assemble(
+            ("internal error: ", "bold red"),
+            f"{type(exc).__name__}: {exc}",
+            " (a bug in nspec; set NSPEC_DEBUG=1 to see the traceback)",
+        )
+    )
+    return 1
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@
     ├── UserError              bad input: arguments, files, settings (exit 2); the message says what to change
     │   ├── SpecError          a spec that does not load or validate; carries every issue found, each located
     │   ├── CompileError       a valid spec that cannot be compiled as written (e.g. a cell longer than its model)
+    │   ├── InputRefused       a file a spec names that nspec will not read (not a regular file, too large, outside
+    │   │                      the spec's root; nspec.inputs)
+    │   ├── StorageError       a file nspec writes cannot be written: disk full, read-only, no permission
     │   └── Refused            a provider refused a model's calls: fix what the message names and run again
     │       ├── AuthenticationFailed   the key is missing, wrong or revoked (401): names the variable
     │       ├── PermissionDenied       the key may not use this model or endpoint (403)
@@ -15,6 +18,8 @@
     │   └── ConnectionFailed   no response, or a body cut off mid-way
     └── RunBusy                another nspec process is working on the run directory (exit 3: run again later)
 
+Storage faults (an OSError such as ENOSPC while writing the run directory) are turned into `StorageError` by
+`storage_error`, naming the file; what was recorded before stays, and the same command resumes once fixed.
 Providers map their SDK's exceptions into this tree at the boundary (`nspec.providers.Provider.error`); the runners
 retry what is transient and stop on a refusal before making more calls, recording nothing as an answer. The CLI
 turns these into exit codes in one place (``nspec.cli.main``). Anything else escaping is a bug: the CLI reports it
@@ -23,6 +28,10 @@ as an internal error (exit 1).
 
 from __future__ import annotations
 
+import errno
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -83,6 +92,47 @@ class CompileError(UserError):
     """A valid spec that cannot be compiled as written; the message names the cell or setting."""
 
 
+class StorageError(UserError):
+    """A file nspec writes cannot be written: the disk is full, the file system read-only, or permission denied.
+    Nothing recorded before is lost (results and ledger are written so that a cut-off write is repaired); fix what
+    the message says and run the same command again."""
+
+
+# The OS errors that mean "this storage cannot take the write", with what to do about each.
+_STORAGE_FAULTS = {
+    errno.ENOSPC: "the disk is full: free some space",
+    errno.EDQUOT: "the disk quota is used up: free some space",
+    errno.EFBIG: "the file grew past the size this process may write: raise the limit (ulimit -f) or free space",
+    errno.EROFS: "the file system is read-only: make it writable, or use -o to write elsewhere",
+    errno.EACCES: "permission denied: fix the folder's permissions, or use -o to write elsewhere",
+    errno.EPERM: "permission denied: fix the folder's permissions, or use -o to write elsewhere",
+    errno.EIO: "the disk refused the write (full, past a file-size limit, or failing): free space or check the disk",
+}
+
+
+def storage_error(exc: OSError) -> StorageError | None:
+    """The OS error of a write as a `StorageError` naming its file and what to do, or None if it is another."""
+    advice = _STORAGE_FAULTS.get(exc.errno or 0)
+    if advice is None:
+        return None
+    where = exc.filename if exc.filename is not None else "a file in the run directory"
+    return StorageError(
+        f"cannot write {where}: {exc.strerror or exc} — {advice}; then run the same command again (what was "
+        "recorded before is kept)"
+    )
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Name ``path`` in storage faults raised inside (a write to an open file does not say which file it was)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _STORAGE_FAULTS:
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+        raise
+
+
 class Refused(UserError):
     """A provider refused a model's calls (not one request's content): nothing more is sent for the model, nothing is
     recorded as an answer, and running the same command again after the fix resumes the run."""
@@ -121,11 +171,18 @@ class ProviderError(NspecError):
 
 
 class RateLimited(ProviderError):
-    """429: the provider asked us to wait (``retry_after`` seconds, when it said)."""
+    """429: the provider asked us to wait (``retry_after`` seconds, when it said); ``headers``, the response's, say
+    its limits."""
 
-    def __init__(self, provider: str, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(provider, message, 429)
-        self.retry_after = retry_after
+        self.retry_after, self.headers = retry_after, headers
 
 
 class ServerError(ProviderError):

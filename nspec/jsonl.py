@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nspec.errors import UserError, writing
+
 
 def encode(record: Any) -> bytes:
     """One line, byte-for-byte stable: compact, UTF-8 as is, newline-terminated."""
@@ -15,13 +17,21 @@ def encode(record: Any) -> bytes:
 
 
 def read(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a JSONL file, one at a time (blank lines skipped); nothing when the file does not exist."""
+    """The records of a JSONL file, one at a time (blank lines skipped); nothing when the file does not exist. A
+    last line without its newline is one being appended (by another process, or cut off by a crash) and is left
+    out; a damaged line elsewhere is an error naming it."""
     if not path.is_file():
         return
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
                 yield json.loads(line)
+            except ValueError:
+                if not line.endswith("\n"):
+                    return
+                raise UserError(f"{path}:{number}: not a JSON line; the file is damaged") from None
 
 
 def read_raw(path: Path) -> Iterator[tuple[dict[str, Any], bytes]]:
@@ -36,7 +46,7 @@ def write(path: Path, records: Iterable[Any]) -> None:
     """Write a JSONL file whole: into a temporary file beside it, then renamed, so it is never seen half-written."""
     part = path.with_name(path.name + ".part")
     try:
-        with open(part, "wb") as fh:
+        with writing(path), open(part, "wb") as fh:
             for record in records:
                 fh.write(encode(record))
         part.replace(path)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import ipaddress
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from urllib.parse import urlsplit
 
 from nspec.errors import AuthenticationFailed, UserError
 
@@ -130,6 +132,16 @@ class Provider(Protocol):
         ...
 
     @property
+    def official_hosts(self) -> tuple[str, ...]:
+        """The hosts of the provider's own API: its standard key variables are sent there (or to this machine) only."""
+        ...
+
+    def default_base_url(self) -> str | None:
+        """Where requests go when a model entry sets no `base_url`: what the SDK uses (its environment variable, else
+        the official URL); None for a provider that runs on this machine."""
+        ...
+
+    @property
     def package(self) -> str | None:
         """The import name of the SDK its I/O needs (None: it needs none)."""
         ...
@@ -166,6 +178,10 @@ class Provider(Protocol):
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         """What is wrong with a model entry for this provider: (key path inside the entry, message) each."""
+        ...
+
+    def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
+        """Whether the model continues a final assistant message (a prefill) as the start of its answer."""
         ...
 
     def mode(self, entry: Mapping[str, Any]) -> str:
@@ -251,13 +267,75 @@ def reload() -> None:
     provider.cache_clear()
 
 
+@dataclass(frozen=True)
+class Destination:
+    """Where a model's requests go, and which environment variables its key is read from (the first set wins)."""
+
+    model: str
+    url: str | None  # None: nowhere, the model runs on this machine
+    key_variables: tuple[str, ...]
+
+    @property
+    def host(self) -> str:
+        if self.url is None:
+            return "this machine"
+        parsed = urlsplit(self.url)
+        return parsed.netloc or self.url
+
+    def __str__(self) -> str:
+        key = " or ".join(self.key_variables) if self.key_variables else "no key"
+        return f"{self.model} → {self.host} ({key})"
+
+
+def destination(entry: Mapping[str, Any]) -> Destination:
+    """Where the model entry's requests go and with which key."""
+    api = provider(str(entry["id"]).split("/", 1)[0])
+    url = entry.get("base_url") or api.default_base_url()
+    variables = (str(entry["api_key_env"]),) if "api_key_env" in entry else api.key_variables
+    return Destination(str(entry.get("name", entry["id"])), url, variables if api.key_variables else ())
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, without port) is this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def key_destination_problem(entry: Mapping[str, Any]) -> str | None:
+    """Why the model entry may not send its key where its `base_url` points (None if it may): a provider's standard
+    key goes only to the provider's own hosts or to this machine; any other host needs `api_key_env` naming the key
+    meant for it."""
+    if "base_url" not in entry or "api_key_env" in entry:
+        return None
+    api = provider(str(entry["id"]).split("/", 1)[0])
+    if not api.key_variables:
+        return None
+    host = urlsplit(str(entry["base_url"])).hostname or ""
+    if host in api.official_hosts or is_loopback(host):
+        return None
+    official = " or ".join(api.official_hosts) or "its own API"
+    return (
+        f"base_url sends requests to {host}, which is not {api.name}'s API ({official}) nor this machine: the "
+        f"standard key ({' or '.join(api.key_variables)}) is not sent there; name the key meant for {host} with "
+        "api_key_env"
+    )
+
+
 def credentials(entry: Mapping[str, Any]) -> Credentials:
     """The key and base URL of a model entry (`api_key_env`, else its provider's variables); a missing key names
-    the variables to set, before anything is sent."""
+    the variables to set, before anything is sent. A standard key is never sent to a host that is neither the
+    provider's nor this machine (`key_destination_problem`)."""
     name = str(entry["id"]).split("/", 1)[0]
     variables = provider(name).key_variables
     if not variables:
         return Credentials("", entry.get("base_url"))
+    problem = key_destination_problem(entry)
+    if problem is not None:
+        raise UserError(f"{entry.get('name', entry['id'])}: {problem}")
     candidates = (str(entry["api_key_env"]),) if "api_key_env" in entry else variables
     found = next((n for n in candidates if os.environ.get(n)), None)
     label = str(entry.get("name", entry["id"]))

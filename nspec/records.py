@@ -71,7 +71,7 @@ class ResultRecord(TypedDict):
     finish_reason: str | None
     usage: Usage
     error: dict[str, Any] | None
-    source: dict[str, Any]  # kind (batch | live | local | import | recovered) and where it came from
+    source: dict[str, Any]  # kind (batch | live | local | import) and where it came from
 
 
 class ScorerVerdict(TypedDict):

@@ -24,7 +24,7 @@ from nspec.errors import ProviderError
 from nspec.providers import BatchClient, Outcome, credentials, provider
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Job, Ledger
-from nspec.runners.rundir import ResultsFile, Run, record_outcome, register_shards, shard_lines
+from nspec.runners.rundir import ResultsFile, Run, reconcile, record_outcome, register_shards, shard_lines
 
 
 @dataclass
@@ -148,11 +148,13 @@ class BatchRunner:
 
     def _reconcile(self, results: ResultsFile) -> None:
         """Results written before a crash that the ledger does not know as final yet."""
-        for model in self.batch_models:
-            for state in ("submitted", "retry", "pending"):
-                for row in list(self.ledger.requests_in(self.stage, model.label, state)):
-                    if row["custom_id"] in results.ids:
-                        self.ledger.finish(row["custom_id"], "done", None, 0, 0, "recovered")
+        unsettled = {
+            row["custom_id"]
+            for model in self.batch_models
+            for state in ("submitted", "retry", "pending")
+            for row in self.ledger.requests_in(self.stage, model.label, state)
+        }
+        reconcile(results, self.ledger, unsettled)
 
     def _handle(self, results: ResultsFile, job: Job, outcome: Outcome, max_attempts: int, progress: Progress) -> None:
         row = self.ledger.request_states([outcome.custom_id])[outcome.custom_id]

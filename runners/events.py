@@ -15,7 +15,9 @@ class Event:
     - ``live-result``: one more came back; ``cost_usd`` spent so far in this send;
     - ``live-end``: the send is over;
     - ``waiting``: ``pending`` requests are not done; the next poll is in ``delay`` seconds;
-    - ``compiled``: the run directory is ``detail`` (a `run` call says it before it sends anything).
+    - ``compiled``: the run directory is ``detail`` (a `run` call says it before it sends anything);
+    - ``destinations``: where requests will go and with which key variables (``detail``), before any is sent;
+    - ``lock-wait``: another process works in the run directory (``detail`` names it); waiting for it to finish.
     """
 
     name: str

@@ -9,11 +9,14 @@ file back with `nspec collect RUN --from FILE`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nspec.errors import UserError
-from nspec.providers import OPENAI_CHAT, names, provider
+from nspec.inputs import open_regular
+from nspec.providers import OPENAI_CHAT, Outcome, names, provider
 from nspec.runners.rundir import ResultsFile, Run, record_outcome, shard_lines
 
 
@@ -28,7 +31,7 @@ class Imported:
 
 def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
     """Append the results in ``source`` to the stage's results file and record them in the ledger."""
-    if not source.is_file():
+    if not source.exists():
         raise UserError(f"no such file: {source}")
     owner: dict[str, tuple[str, str]] = {}  # custom_id → (model, shard)
     for model in run.models(stage):
@@ -40,19 +43,20 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
     parse_output = next((provider(n).parse_result for n in names() if provider(n).request_format == OPENAI_CHAT), None)
     if parse_output is None:
         raise UserError("no installed provider reads OpenAI batch-output lines")
+    with open_regular(str(source)) as fh:  # every line checked before any is recorded: a bad file imports nothing
+        for number, raw in enumerate(fh, 1):
+            if raw.strip():
+                _parse_line(parse_output, raw, f"{source}:{number}")
     ledger = run.ledger()
     results = ResultsFile(run.paths.results(stage))
     report = Imported()
     try:
         registered = {j.shard for j in ledger.jobs(stage)}
-        with open(source, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
+        with open_regular(str(source)) as fh:
+            for number, raw in enumerate(fh, 1):
+                if not raw.strip():
                     continue
-                try:
-                    outcome = parse_output(json.loads(line))
-                except (json.JSONDecodeError, KeyError, TypeError, IndexError):
-                    raise UserError(f"{source}:{number}: not a batch output line") from None
+                outcome = _parse_line(parse_output, raw, f"{source}:{number}")
                 if outcome.custom_id not in owner:
                     report.unknown += 1
                     continue
@@ -72,3 +76,17 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
         results.close()
         ledger.close()
     return report
+
+
+def _parse_line(parse: Callable[[Mapping[str, Any]], Outcome], raw: bytes, where: str) -> Outcome:
+    """One output line, or a located error saying why it is not one."""
+    try:
+        line = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{where}: not a JSON line ({exc})") from None
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        raise UserError(f"{where}: not a batch output line (a JSON object with a custom_id)")
+    try:
+        return parse(line)
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+        raise UserError(f"{where}: not a batch output line ({type(exc).__name__}: {exc})") from None

@@ -11,9 +11,12 @@ before creating another (see `runners.batch`).
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,14 +107,39 @@ class Job:
     error: str | None
 
 
+# What SQLite says when the file system, not the ledger, is at fault.
+_STORAGE_FAULTS = {
+    "database or disk is full": errno.ENOSPC,
+    "attempt to write a readonly database": errno.EROFS,
+    "unable to open database file": errno.EACCES,
+    "disk I/O error": errno.EIO,
+}
+
+
+def _storage_fault(exc: sqlite3.Error, path: Path) -> Exception:
+    """SQLite's error as the OS error it stands for (turned into `StorageError` naming the ledger), or as it is."""
+    message = str(exc)
+    code = next((code for text, code in _STORAGE_FAULTS.items() if text in message), None)
+    if code is None:
+        return exc
+    return OSError(code, os.strerror(code), str(path))
+
+
 class Ledger:
     def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
+        self.path = path
         try:
+            self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        except sqlite3.Error as exc:
+            raise _storage_fault(exc, path) from None
+        self.db.row_factory = sqlite3.Row
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
             migrate(self.db, path)
+        except sqlite3.Error as exc:
+            self.db.close()
+            raise _storage_fault(exc, path) from None
         except BaseException:
             self.db.close()
             raise
@@ -119,10 +147,20 @@ class Ledger:
     def close(self) -> None:
         self.db.close()
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One committed transaction; BEGIN IMMEDIATE, so a second writer waits for the first. A full, read-only or
+        failing disk rolls it back and raises the OS error it stands for (the CLI names the ledger and what to do)."""
+        try:
+            with self.db:
+                self.db.execute("BEGIN IMMEDIATE")
+                yield self.db
+        except sqlite3.OperationalError as exc:
+            raise _storage_fault(exc, self.path) from None
+
     def _write(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Cursor:
-        with self.db:  # one committed transaction
-            self.db.execute("BEGIN IMMEDIATE")
-            return self.db.execute(sql, tuple(args))
+        with self._transaction() as db:
+            return db.execute(sql, tuple(args))
 
     # -- jobs ----------------------------------------------------------------------------------------------------
 
@@ -138,15 +176,14 @@ class Ledger:
         state: str = "planned",
     ) -> None:
         """A job (`planned` for a batch, `live` for live calls) and its requests, if not recorded already."""
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            cur = self.db.execute(
+        with self._transaction() as db:
+            cur = db.execute(
                 "INSERT OR IGNORE INTO jobs (stage, model, provider, shard, shard_sha256, requests, attempt, state)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (stage, model, provider, shard, sha, len(custom_ids), attempt, state),
             )
             if cur.rowcount:
-                self.db.executemany(
+                db.executemany(
                     "INSERT INTO requests (custom_id, stage, model, shard, state) VALUES (?, ?, ?, ?, 'pending')"
                     " ON CONFLICT (custom_id) DO UPDATE SET shard = excluded.shard",
                     [(cid, stage, model, shard) for cid in custom_ids],
@@ -169,13 +206,12 @@ class Ledger:
 
     def job_created(self, job_id: int, batch_id: str) -> None:
         """The create call returned: the job and its requests are now in the provider's hands."""
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            self.db.execute(
+        with self._transaction() as db:
+            db.execute(
                 "UPDATE jobs SET state = 'created', batch_id = ?, created_at = ? WHERE id = ?",
                 (batch_id, time.time(), job_id),
             )
-            self.db.execute(
+            db.execute(
                 "UPDATE requests SET state = 'submitted', attempts = attempts + 1, job_id = ?"
                 " WHERE custom_id IN (SELECT custom_id FROM requests WHERE state IN ('pending', 'retry')"
                 " AND shard = (SELECT shard FROM jobs WHERE id = ?))",
@@ -205,9 +241,8 @@ class Ledger:
         )
 
     def mark_retry(self, custom_ids: list[str], shard: str) -> None:
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            self.db.executemany(
+        with self._transaction() as db:
+            db.executemany(
                 "UPDATE requests SET state = 'retry', shard = ? WHERE custom_id = ?",
                 [(shard, cid) for cid in custom_ids],
             )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.compiler.tokenizers import encoding
-from nspec.errors import ProviderError, RateLimited
+from nspec.errors import ProviderError, RateLimited, UserError
 from nspec.providers import Credentials, Outcome, RateHeaders, provider
 
 
@@ -61,6 +61,10 @@ class Limiter:
         self.slots = asyncio.Semaphore(int(limits.get("concurrency", 8)))
         self.requests = Bucket(_paced(limits.get("requests_per_minute")))
         self.tokens = Bucket(_paced(limits.get("tokens_per_minute")))
+        # The tokens-per-minute limit as given (the spec's, else the provider's headers'), and who gave it.
+        self.token_limit: tuple[int, str] | None = None
+        if limits.get("tokens_per_minute") is not None:
+            self.token_limit = (int(limits["tokens_per_minute"]), "rate_limits.tokens_per_minute")
         self.blocked_until = 0.0  # a budget is spent (headers) or the provider asked us to wait (429) until then
         self.lock = asyncio.Lock()
 
@@ -90,6 +94,8 @@ class Limiter:
             bucket: Bucket = getattr(self, bucket_name)
             if bucket.per_minute is None:
                 setattr(self, bucket_name, Bucket(_paced(limit)))
+                if bucket_name == "tokens":
+                    self.token_limit = (limit, "the provider's rate-limit headers")
             if remaining is not None and remaining <= 0:
                 # Spent: one unit of a per-minute budget comes back every 60 / limit seconds.
                 self.pause(60 / max(1, limit))
@@ -137,12 +143,15 @@ class LiveCaller:
         more is sent for the model, and nothing is recorded as the request's answer."""
         failures = rate_waits = 0
         while True:
+            check_admissible(request, self.limiter.token_limit)
             await self.limiter.acquire(request.tokens)
             try:
                 outcome, headers = await self.client.send(request.line)
             except ProviderError as exc:
                 limited = isinstance(exc, RateLimited)
                 wait = exc.retry_after if isinstance(exc, RateLimited) else None
+                if isinstance(exc, RateLimited) and exc.headers is not None:
+                    self.limiter.learn(self.api.rate_headers(exc.headers))  # a 429 says the limits too
                 code = str(exc.status) if exc.status is not None else "connection"
                 outcome, headers = Outcome(request.custom_id, "error", error={"code": code, "message": str(exc)}), None
             else:
@@ -165,6 +174,18 @@ class LiveCaller:
                     return outcome
             pause = wait if wait is not None else min(self.backoff_max, self.backoff * 2 ** (failures + rate_waits))
             await asyncio.sleep(pause * (1 + 0.25 * random.random()))  # jitter spreads the herd
+
+
+def check_admissible(request: LiveRequest, token_limit: tuple[int, str] | None) -> None:
+    """A request larger than a tokens-per-minute limit can never be sent (a provider refuses it every minute):
+    say so and stop, instead of waiting on it."""
+    if token_limit is not None and request.tokens > token_limit[0]:
+        limit, source = token_limit
+        raise UserError(
+            f"{request.model}: a request needs {request.tokens:,} tokens (its input plus max_tokens), more than the "
+            f"tokens-per-minute limit of {limit:,} ({source}), so it can never be sent: raise the limit, or shorten "
+            "the longest context lengths"
+        )
 
 
 @dataclass(frozen=True)

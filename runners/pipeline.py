@@ -13,18 +13,21 @@ the CLI's start-up).
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_directory import DEFAULT_MAX_CELLS, compile_run
+from nspec.errors import writing
 from nspec.provenance import describe
+from nspec.providers import Destination, destination
 from nspec.runners.events import Event, Listener, ignore
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
 from nspec.runners.rundir import Run, exclusive
-from nspec.runners.session import Session, grade, set_scoring, stages
+from nspec.runners.session import Session, grade, set_scoring, stage_status, stages
 from nspec.spec import load_spec
 
 
@@ -33,6 +36,7 @@ class Compiled:
     path: Path
     run_id: str
     created: bool  # False when an identical run directory already existed
+    destinations: list[Destination]  # where the run's requests (answers and judges) go, and with which keys
 
 
 @dataclass(frozen=True)
@@ -75,16 +79,55 @@ class Ran:
         object.__setattr__(self, "pending", pending)
 
 
-def compile_spec(spec_file: str, out: str | Path = "outputs") -> Compiled:
-    """Load and validate a spec, and write its run directory under ``out/<name>/<run id>`` (a no-op if it exists)."""
-    loaded = load_spec(spec_file)
-    result = compile_run(loaded.data, loaded.base_dir, out, describe(loaded))
-    return Compiled(result.path, result.path.name, result.created)
+def compile_spec(
+    spec_file: str, out: str | Path = "outputs", allowed: Sequence[str] = (), max_cells: int = DEFAULT_MAX_CELLS
+) -> Compiled:
+    """Load and validate a spec, and write its run directory under ``out/<name>/<run id>`` (a no-op if it exists).
+    The spec reads files under its root only, and under the folders ``allowed``; a grid of more than ``max_cells``
+    cells is refused."""
+    loaded = load_spec(spec_file, allowed)
+    result = compile_run(loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells)
+    return Compiled(result.path, result.path.name, result.created, destinations(loaded.data))
 
 
-def submit(run: str | Path, events: Listener = ignore, live_backoff: float = 0.5) -> Sent:
-    """Upload and create the batches not yet created, and run live and local models; safe to repeat."""
-    with exclusive(Path(run)):
+def destinations(spec: dict[str, Any]) -> list[Destination]:
+    """Where a resolved spec's requests go — its models' and its judges' — and which key variable each reads."""
+    entries = list(spec["models"])
+    for scorer in spec.get("scoring", []):
+        if "judge" in scorer:
+            entries += scorer["judge"]["models"]
+    seen: dict[str, Destination] = {}
+    for entry in entries:
+        found = destination(entry)
+        seen.setdefault(found.model, found)
+    return list(seen.values())
+
+
+def _announce(spec: dict[str, Any], events: Listener) -> None:
+    """Say where requests will go before any is sent."""
+    events(Event("destinations", detail="; ".join(str(d) for d in destinations(spec))))
+
+
+@contextmanager
+def _lock(run: str | Path, wait_lock: bool, events: Listener) -> Iterator[None]:
+    """The run's lock (`runners.rundir.exclusive`): held by another process, `RunBusy`, or with ``wait_lock`` a
+    `lock-wait` event and a wait. Storage faults of writes that do not name their file name the run directory."""
+    with writing(run), exclusive(Path(run), wait_lock, lambda who: events(Event("lock-wait", detail=f"{run}: {who}"))):
+        yield
+
+
+def submit(
+    run: str | Path,
+    events: Listener = ignore,
+    live_backoff: float = 0.5,
+    wait_lock: bool = False,
+    announce: bool = True,
+) -> Sent:
+    """Upload and create the batches not yet created, and run live and local models; safe to repeat. First, a
+    `destinations` event says where requests go (``announce``)."""
+    with _lock(run, wait_lock, events):
+        if announce:
+            _announce(Run(run).spec, events)
         session = Session.open(str(run), live_backoff, events=events)
         try:
             progress = session.submit()
@@ -93,12 +136,14 @@ def submit(run: str | Path, events: Listener = ignore, live_backoff: float = 0.5
     return Sent(progress.created, progress.adopted, progress.pending, progress.failed)
 
 
-def collect(run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5) -> Collected:
+def collect(
+    run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5, wait_lock: bool = False
+) -> Collected:
     """Download finished results of every stage; resubmit failed and expired requests per the retry policy. With
     ``wait``, poll until nothing is pending."""
     collected: dict[str, int] = {}
     pending = failed = 0
-    with exclusive(Path(run)):
+    with _lock(run, wait_lock, events):
         for stage in stages(Run(run)):
             session = Session.open(str(run), live_backoff, stage=stage, events=events)
             try:
@@ -110,43 +155,68 @@ def collect(run: str | Path, wait: bool = False, events: Listener = ignore, live
     return Collected(collected, pending, failed)
 
 
-def collect_from(run: str | Path, output_file: str | Path) -> Imported:
+def collect_from(
+    run: str | Path, output_file: str | Path, events: Listener = ignore, wait_lock: bool = False
+) -> Imported:
     """Import results computed elsewhere (the output of `vllm run-batch` on the compiled request files)."""
-    with exclusive(Path(run)):
+    with _lock(run, wait_lock, events):
         return import_results(Run(run), Path(output_file))
 
 
-def score(run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5) -> Scored:
+def score(
+    run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5, wait_lock: bool = False
+) -> Scored:
     """Grade every answer: scorers first, then the spec's judges (a second batch stage) for what they leave open."""
-    with exclusive(Path(run)):
+    with _lock(run, wait_lock, events):
+        Run(run).require("answers")
         counts, pending = grade(str(run), wait, events, live_backoff)
     return Scored(counts, pending)
 
 
-def rescore(run: str | Path, spec_file: str, wait: bool = False, events: Listener = ignore) -> Scored:
+def rescore(
+    run: str | Path,
+    spec_file: str,
+    wait: bool = False,
+    events: Listener = ignore,
+    allowed: Sequence[str] = (),
+    wait_lock: bool = False,
+) -> Scored:
     """Grade a run again with a changed scoring section; only judge requests not made before are sent."""
-    with exclusive(Path(run)):
-        set_scoring(Run(run), load_spec(spec_file).data)
+    with _lock(run, wait_lock, events):
+        set_scoring(Run(run), load_spec(spec_file, allowed).data)
         return score(run, wait, events)
 
 
 def report(runs: list[str | Path], out: str | Path | None = None) -> Path:
-    """Build the report of one run (into its report/) or of several compared; returns index.html."""
+    """Build the report of one run (into its report/) or of several compared; returns index.html. It only reads the
+    runs, so it takes no lock: a report of a run in progress shows what is there so far."""
     from nspec.runners.report import build_report
 
-    with ExitStack() as stack:
-        for r in runs:
-            stack.enter_context(exclusive(Path(r)))
-        return build_report([Run(r) for r in runs], Path(out) if out else None)
+    opened = [Run(r) for r in runs]
+    for each in opened:
+        each.require("scores")
+    folder = Path(out) if out else Path(runs[0]) / "report"
+    with writing(folder):
+        return build_report(opened, folder)
 
 
-def run(spec_file: str, out: str | Path = "outputs", wait: bool = False, events: Listener = ignore) -> Ran:
+def run(
+    spec_file: str,
+    out: str | Path = "outputs",
+    wait: bool = False,
+    events: Listener = ignore,
+    allowed: Sequence[str] = (),
+    max_cells: int = DEFAULT_MAX_CELLS,
+    wait_lock: bool = False,
+) -> Ran:
     """Compile, submit, collect, score and report; calling it again continues where it stopped. Without ``wait``
     it returns as soon as something is pending (``Ran.pending``)."""
-    path = compile_spec(spec_file, out).path
+    compiled = compile_spec(spec_file, out, allowed, max_cells)
+    path = compiled.path
+    events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
     events(Event("compiled", detail=str(path)))
-    with exclusive(path):
-        sent = submit(path, events)
+    with _lock(path, wait_lock, events):
+        sent = submit(path, events, announce=False)
         got = collect(path, wait, events)
         if got.pending:
             return Ran(path, sent, got)
@@ -159,11 +229,10 @@ def run(spec_file: str, out: str | Path = "outputs", wait: bool = False, events:
 def status(run: str | Path) -> dict[str, Any]:
     """What is pending, done and failed per stage and model, batches with their provider status, and the verdicts
     so far."""
-    reports = []
-    for stage in stages(Run(run)):
-        session = Session.open(str(run), stage=stage)
-        try:
-            reports.append(session.status())
-        finally:
-            session.close()
-    return {"run": str(run), "stages": reports, "scores": verdict_counts(Run(run))}
+    opened = Run(run)
+    ledger = opened.ledger()
+    try:
+        reports = [stage_status(opened, ledger, stage) for stage in stages(opened)]
+    finally:
+        ledger.close()
+    return {"run": str(run), "stages": reports, "scores": verdict_counts(opened)}

@@ -5,19 +5,21 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 from ruamel.yaml import YAML
 
 from nspec import jsonl
-from nspec.errors import RunBusy, UserError
+from nspec.errors import RunBusy, UserError, writing
 from nspec.providers import Outcome
 from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard
 from nspec.rundir import RunPaths
+from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Ledger
 
 
@@ -71,6 +73,19 @@ class Run:
         """The scores so far, a line at a time."""
         return jsonl.read(self.paths.scores)  # type: ignore[return-value]
 
+    def require(self, what: str) -> None:
+        """Refuse, naming the command that makes it, when the run lacks what a command needs: `answers` (some
+        results to score) or `scores` (a graded run to report on or audit)."""
+        if what == "answers" and next(self.results(), None) is None:
+            raise UserError(
+                f"{self.path} has no answers yet: `nspec submit {self.path}` sends its requests and `nspec collect "
+                f"{self.path}` fetches the answers (`nspec run SPEC` does both)"
+            )
+        if what == "scores" and not self.paths.scores.is_file():
+            raise UserError(
+                f"{self.path} has no scores yet: `nspec score {self.path}` grades its answers (once they are in)"
+            )
+
     def stage_manifest(self, stage: str) -> dict[str, Any] | None:
         """The manifest of a stage compiled after the answers (the judges'), once compiled."""
         path = self.paths.stage_manifest(stage)
@@ -93,10 +108,11 @@ _held: set[Path] = set()  # run directories this process works in now
 
 
 @contextmanager
-def exclusive(root: Path) -> Iterator[None]:
+def exclusive(root: Path, wait: bool = False, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Work in the run directory ``root`` as the only process doing so: two processes submitting or collecting at
     once would each send what the other is sending. The lock is the kernel's (flock), so a killed holder leaves
-    none behind; nested calls in one process (`run` → `submit`) share it."""
+    none behind; nested calls in one process (`run` → `submit`) share it. Held by another process: `RunBusy`
+    naming it, or with ``wait``, wait for it (``on_wait`` hears who holds it first)."""
     key = root.resolve()
     if key in _held:
         yield
@@ -106,15 +122,18 @@ def exclusive(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "unknown"
-            raise RunBusy(
-                f"{root}: another nspec process (pid {holder}) is working in this run directory; "
-                "run again when it is done"
-            ) from None
+            holder = _holder(fh)
+            if not wait:
+                raise RunBusy(
+                    f"{root} is being worked on by {holder}; run again later (or pass --wait-lock to wait)"
+                ) from None
+            if on_wait is not None:
+                on_wait(holder)
+            fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)
         fh.truncate()
-        fh.write(f"{os.getpid()}\n")
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        fh.write(f"{os.getpid()} {since}\n")
         fh.flush()
         _held.add(key)
         try:
@@ -122,6 +141,12 @@ def exclusive(root: Path) -> Iterator[None]:
         finally:
             _held.discard(key)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _holder(fh: IO[str]) -> str:
+    fh.seek(0)
+    pid, _, since = fh.read().strip().partition(" ")
+    return f"pid {pid or 'unknown'}" + (f" since {since}" if since else "")
 
 
 def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
@@ -161,19 +186,30 @@ class ResultsFile:
             if end != len(data):
                 fh.truncate(end)
 
+    def records(self, wanted: set[str]) -> Iterator[ResultRecord]:
+        """The records of the cells in ``wanted``, streamed from the file."""
+        self._fh.flush()
+        for record in jsonl.read(self.path):
+            if record["cell_id"] in wanted:
+                yield record  # type: ignore[misc]
+
     def append(self, record: ResultRecord) -> bool:
         """Write ``record`` unless its cell already has a result; True if written."""
         if record["cell_id"] in self.ids:
             return False
-        self._fh.write(jsonl.encode(record))
-        self._fh.flush()  # in the kernel's hands: survives the process being killed
+        with writing(self.path):
+            self._fh.write(jsonl.encode(record))
+            self._fh.flush()  # in the kernel's hands: survives the process being killed
         self.ids.add(record["cell_id"])
         return True
 
     def close(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        try:
+            with writing(self.path):
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+        finally:
+            self._fh.close()
 
 
 def record_outcome(
@@ -195,7 +231,25 @@ def record_outcome(
     }
     if not results.append(record):
         return False
-    state = "done" if outcome.status == "ok" else "failed"
-    error = None if outcome.error is None else str(outcome.error.get("code"))
-    ledger.finish(outcome.custom_id, state, error, outcome.input_tokens, outcome.output_tokens, source["kind"])
+    failpoint("after-append")
+    _record_final(ledger, record)
     return True
+
+
+def _record_final(ledger: Ledger, record: ResultRecord) -> None:
+    state = "done" if record["status"] == "ok" else "failed"
+    error = None if record["error"] is None else str(record["error"].get("code"))
+    usage = record["usage"]
+    ledger.finish(
+        record["cell_id"], state, error, usage["input_tokens"], usage["output_tokens"], str(record["source"]["kind"])
+    )
+
+
+def reconcile(results: ResultsFile, ledger: Ledger, unsettled: set[str]) -> None:
+    """Results in the file whose final state the ledger lacks (a crash came between writing one and recording it):
+    recorded now as they are — their real outcome, tokens and source — so an error stays an error and its tokens
+    are paid for in the totals."""
+    found = unsettled & results.ids
+    if found:
+        for record in results.records(found):
+            _record_final(ledger, record)

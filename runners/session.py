@@ -19,8 +19,16 @@ from nspec.runners.failpoints import failpoint
 from nspec.runners.grading.judging import compile_judges
 from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
-from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
-from nspec.runners.rundir import ResultsFile, Run, RunModel, record_outcome, register_shards, shard_lines
+from nspec.runners.live import CallerSettings, LiveRequest, check_admissible, request_tokens, run_live
+from nspec.runners.rundir import (
+    ResultsFile,
+    Run,
+    RunModel,
+    reconcile,
+    record_outcome,
+    register_shards,
+    shard_lines,
+)
 
 # Modes whose requests go one by one from this process: live calls, and the local engine.
 _DIRECT = ("live", "local")
@@ -112,11 +120,10 @@ class Session:
 
     def _send_live(self, custom_ids: list[str], results: ResultsFile, progress: RunProgress) -> None:
         rows = self.ledger.request_states(custom_ids)
+        reconcile(results, self.ledger, {cid for cid, row in rows.items() if row["state"] not in ("done", "failed")})
         by_model: dict[str, set[str]] = {}
         for cid, row in rows.items():
-            if cid in results.ids:
-                self.ledger.finish(cid, "done", None, 0, 0, "recovered")
-            elif row["state"] not in ("done", "failed"):
+            if cid not in results.ids and row["state"] not in ("done", "failed"):
                 by_model.setdefault(row["model"], set()).add(cid)
         models = {m.label: m for m in self.run.models(self.stage)}
         requests: list[LiveRequest] = []
@@ -130,6 +137,9 @@ class Session:
                         requests.append(LiveRequest(cid, label, model.provider, line, tokens))
         if not requests:
             return
+        for request in requests:  # before anything is sent: a limit no request fits is the spec's to fix
+            limit = self.callers[request.model].limits.get("tokens_per_minute")
+            check_admissible(request, None if limit is None else (int(limit), "rate_limits.tokens_per_minute"))
         prices = {label: price_for(models[label].entry["id"], models[label].entry.get("price")) for label in by_model}
         kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
@@ -158,47 +168,49 @@ class Session:
         poll = self.run.spec.get("run", {}).get("poll", {})
         return float(poll.get("min_seconds", 10)), float(poll.get("max_seconds", 300))
 
-    def status(self) -> dict[str, Any]:
-        now = time.time()
-        counts = self.ledger.counts(self.stage)
-        models = []
-        for model in self.run.models(self.stage):
-            entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0})
-            price = price_for(model.entry["id"], model.entry.get("price"))
-            cost = (
-                None
-                if price is None
-                else round(price.cost(entry["input_tokens"], entry["output_tokens"], batch=model.mode == "batch"), 4)
-            )
-            total = sum(s["requests"] for s in model.shards)
-            states = entry["states"]
-            models.append(
-                {
-                    "model": model.label,
-                    "mode": model.mode,
-                    "requests": total,
-                    "done": states.get("done", 0),
-                    "failed": states.get("failed", 0),
-                    "retrying": states.get("retry", 0),
-                    "pending": total - states.get("done", 0) - states.get("failed", 0),
-                    "input_tokens": entry["input_tokens"],
-                    "output_tokens": entry["output_tokens"],
-                    "cost_usd": cost,
-                    "batches": [
-                        {
-                            "batch_id": j.batch_id,
-                            "state": j.state,
-                            "provider_status": j.provider_status,
-                            "requests": j.requests,
-                            "attempt": j.attempt,
-                            "age_seconds": None if j.created_at is None else round(now - j.created_at),
-                        }
-                        for j in self.ledger.jobs(self.stage)
-                        if j.model == model.label and j.batch_id
-                    ],
-                }
-            )
-        return {"run": str(self.run.path), "run_id": self.run.run_id, "stage": self.stage, "models": models}
+
+def stage_status(run: Run, ledger: Ledger, stage: str) -> dict[str, Any]:
+    """What is pending, done and failed in a stage, per model, from the ledger alone: no key, no provider call."""
+    now = time.time()
+    counts = ledger.counts(stage)
+    models = []
+    for model in run.models(stage):
+        entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0})
+        price = price_for(model.entry["id"], model.entry.get("price"))
+        cost = (
+            None
+            if price is None
+            else round(price.cost(entry["input_tokens"], entry["output_tokens"], batch=model.mode == "batch"), 4)
+        )
+        total = sum(s["requests"] for s in model.shards)
+        states = entry["states"]
+        models.append(
+            {
+                "model": model.label,
+                "mode": model.mode,
+                "requests": total,
+                "done": states.get("done", 0),
+                "failed": states.get("failed", 0),
+                "retrying": states.get("retry", 0),
+                "pending": total - states.get("done", 0) - states.get("failed", 0),
+                "input_tokens": entry["input_tokens"],
+                "output_tokens": entry["output_tokens"],
+                "cost_usd": cost,
+                "batches": [
+                    {
+                        "batch_id": j.batch_id,
+                        "state": j.state,
+                        "provider_status": j.provider_status,
+                        "requests": j.requests,
+                        "attempt": j.attempt,
+                        "age_seconds": None if j.created_at is None else round(now - j.created_at),
+                    }
+                    for j in ledger.jobs(stage)
+                    if j.model == model.label and j.batch_id
+                ],
+            }
+        )
+    return {"run": str(run.path), "run_id": run.run_id, "stage": stage, "models": models}
 
 
 def stages(run: Run) -> list[str]:

@@ -251,7 +251,7 @@ def test_50_mb_spec_is_refused_quickly(cli, tmp_path, monkeypatch):
     with open("big.yaml", "w") as fh:
         fh.write("description: " + "x" * 50_000_000 + "\n")
     start = time.monotonic()
-    expect_error(cli, "big.yaml", "big.yaml:1:1: file is 50,000,014 bytes; a spec may be at most 1,048,576 bytes")
+    expect_error(cli, "big.yaml", "big.yaml:1:1: is larger than 1,048,576 bytes, the most nspec reads from such a file")
     assert time.monotonic() - start < 5  # generous: refusing must not mean parsing
 
 
@@ -266,7 +266,7 @@ FILES_SPEC = BASE.replace("haystack: {corpus: austen}", "haystack: {files: 'hay/
         (lambda p: p.write_bytes(b""), "hay/a.txt is empty"),
         (lambda p: p.write_text(" \n\t\n  "), "hay/a.txt holds only white space"),
         (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), "hay/a.txt is binary (it holds NUL bytes)"),
-        (lambda p: os.mkfifo(p), "hay/a.txt is not a regular file (a FIFO, socket or device): refused unread"),
+        (lambda p: os.mkfifo(p), "hay/a.txt is a FIFO, not a regular file: refused unread"),
     ],
     ids=["empty", "whitespace", "binary", "fifo"],
 )
@@ -293,10 +293,12 @@ def test_a_device_as_a_stack_file_is_refused_unread(cli, spec_file, tmp_path):
     spec = BASE.replace("haystack: {corpus: austen}", "haystack: {stack: {items: /dev/zero, questions: q.jsonl}}")
     spec = spec.replace(needles, "")
     (tmp_path / "q.jsonl").write_text('{"item": "a", "question": "Q?", "answer": "1"}\n')
-    result = cli("validate", spec_file(spec))
+    path = spec_file(spec)
+    outside = cli("validate", path)
+    assert outside.code == 2 and "haystack.stack.items: /dev/zero lies outside the spec's root" in outside.err
+    result = cli("validate", path, "--allow-path", "/dev")  # allowed, and still never opened for reading
     assert result.code == 2
-    refused = "haystack.stack.items: /dev/zero is not a regular file (a FIFO, socket or device): refused unread"
-    assert refused in result.err
+    assert "haystack.stack.items: /dev/zero is a device, not a regular file: refused unread" in result.err
 
 
 def test_an_empty_file_found_at_compile_time_names_its_path(cli, spec_file, tmp_path):
@@ -308,3 +310,113 @@ def test_an_empty_file_found_at_compile_time_names_its_path(cli, spec_file, tmp_
     (tmp_path / "hay" / "a.txt").write_text("")
     with pytest.raises(SpecError, match=r"a\.txt is empty"):
         load_haystack({"files": "hay/*.txt"}, str(tmp_path))
+
+
+# -- input that once crashed or hung nspec: exit 2, located, in bounded time --------------------------------------
+
+
+def bounded(cli, *args: str, within: float = 10):
+    start = time.monotonic()
+    result = cli(*args)
+    assert time.monotonic() - start < within, args  # generous: the point is that it ends
+    assert result.code == 2, result.err
+    assert "Traceback" not in result.out + result.err and "internal error" not in result.err
+    return result
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        ("{context_lengths: {from: .nan, to: 2000, steps: 3}, depths: [50]}", "grid.context_lengths.from: YAML reads"),
+        ("{context_lengths: {from: 1000, to: .inf, steps: 3}, depths: [50]}", "grid.context_lengths.to: YAML reads"),
+        ("{context_lengths: [1000], depths: [-.inf]}", "grid.depths[0]: YAML reads -.inf as a number that is not"),
+        ("{context_lengths: {from: 0, to: 2000, steps: 3, spacing: log}, depths: [50]}", "must be at least 1 (got 0)"),
+        ("{context_lengths: {from: 1000.5, to: 2000, steps: 3}, depths: [50]}", "must be a whole number"),
+        ("{context_lengths: [1000], depths: {steps: 1000000000}}", "grid.depths.steps: must be at most 1000"),
+        ("{context_lengths: {from: 1, to: 2, steps: 100000}, depths: [5]}", "context_lengths.steps: must be at most"),
+        (
+            "{context_lengths: [1000], depths: {from: 0, to: 100, steps: 1000}}",
+            "grid.depths: the range gives duplicate",
+        ),
+        ("{context_lengths: [1000000000000000000000], depths: [50]}", "must be at most 10000000"),
+        ("{context_lengths: [1e21], depths: [50]}", "must be at most 10000000"),
+    ],
+)
+def test_grid_values_are_checked_before_they_are_expanded(cli, spec_file, grid, message):
+    spec = spec_file(BASE.replace("grid: {context_lengths: [1000], depths: [50]}", f"grid: {grid}"))
+    for command in ("validate", "plan"):
+        assert message in bounded(cli, command, spec).err
+
+
+def test_a_grid_of_too_many_cells_is_refused_before_any_work(cli, spec_file):
+    grid = "grid: {context_lengths: {from: 1000, to: 900000, steps: 1000}, depths: {steps: 101}, trials: 1000}"
+    spec = spec_file(BASE.replace("grid: {context_lengths: [1000], depths: [50]}", grid))
+    result = bounded(cli, "plan", spec)
+    assert "the grid makes 101,000,000 cells, more than the cap of 2,000,000" in result.err
+    assert "--max-cells" in result.err
+    small = spec_file(BASE.replace("depths: [50]", "depths: [0, 50, 100]"), "small.yaml")
+    assert "3 cells (the cap is 2,000,000: --max-cells)" in cli("plan", small).out
+    assert "the grid makes 3 cells, more than the cap of 2" in bounded(cli, "compile", small, "--max-cells", "2").err
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("scoring: contains\n", "scoring: must be a list, not text"),
+        ("scoring: 1.5\n", "scoring: must be a list, not a number"),
+    ],
+)
+def test_wrong_shapes_of_sections(cli, spec_file, text, message):
+    assert message in bounded(cli, "validate", spec_file(BASE + text)).err
+
+
+def test_vars_that_are_not_a_mapping(cli, spec_file):
+    spec = spec_file(BASE.replace("vars: {n: {digits: 7}}", "vars: [1, 2]"))
+    assert "needles[0].vars: must be a mapping (key: value), not a list" in bounded(cli, "validate", spec).err
+
+
+def test_deep_nesting_is_refused_where_it_starts(cli, spec_file):
+    deep = "[" * 1000 + "]" * 1000
+    result = bounded(cli, "validate", spec_file(BASE + f"description: {deep}\n"))
+    assert "spec.yaml:12:77: nested more than 64 levels deep; no spec needs that" in result.err
+
+
+@pytest.mark.parametrize("params", ["{max_tokens: many}", "{max_tokens: 0}", "{max_completion_tokens: [1]}"])
+def test_an_answer_budget_that_is_not_a_number(cli, spec_file, params):
+    spec = spec_file(BASE.replace("{id: openai/gpt-4.1-mini}", f"{{id: openai/gpt-4.1-mini, params: {params}}}"))
+    assert "must be a whole number of tokens, at least 1" in bounded(cli, "plan", spec).err
+
+
+def test_an_include_of_a_fifo_is_refused_without_blocking(cli, spec_file, tmp_path):
+    os.mkfifo(tmp_path / "part.yaml")
+    result = bounded(cli, "validate", spec_file("include: part.yaml\n" + BASE))
+    assert "part.yaml:1:1: is a FIFO, not a regular file: refused unread" in result.err
+
+
+def test_an_include_of_a_device_is_refused_unread(cli, spec_file):
+    spec = spec_file("include: /dev/zero\n" + BASE)
+    assert "include: /dev/zero lies outside the spec's root" in bounded(cli, "validate", spec).err
+    allowed = bounded(cli, "validate", spec, "--allow-path", "/dev")
+    assert "/dev/zero:1:1: is a device, not a regular file: refused unread" in allowed.err
+
+
+def test_an_include_larger_than_a_spec_is_refused_on_the_bytes_read(cli, spec_file, tmp_path):
+    (tmp_path / "big.yaml").write_text("description: " + "x" * 2_000_000 + "\n")
+    result = bounded(cli, "validate", spec_file("include: big.yaml\n" + BASE))
+    assert "big.yaml:1:1: is larger than 1,048,576 bytes" in result.err
+
+
+@pytest.mark.parametrize("where", ["include", "files", "items"])
+def test_a_nul_byte_in_a_path(cli, spec_file, where):
+    text = {
+        "include": 'include: "a\\0b.yaml"\n' + BASE,
+        "files": BASE.replace("{corpus: austen}", '{files: "a\\0b"}'),
+        "items": BASE.replace("{corpus: austen}", '{stack: {items: "a\\0b", questions: q.jsonl}}'),
+    }[where]
+    result = bounded(cli, "validate", spec_file(text))
+    assert "holds a NUL byte" in result.err or "cannot hold a NUL byte" in result.err
+
+
+def test_an_unlistenable_emulator_port(cli):
+    result = cli("emulator", "--port", "99999")
+    assert result.code == 2 and "65535" in result.out + result.err

@@ -2,6 +2,7 @@
 errors inline; `nspec collect RUN --from FILE` makes it the run's results."""
 
 import json
+import os
 
 from nspec.compiler.run_directory import compile_run
 from nspec.spec import load_spec
@@ -80,3 +81,35 @@ def test_import_a_vllm_output_file(spec_file, tmp_path, cli):
     assert all(r["source"]["kind"] == "import" for r in results)
     scored = cli("score", str(run))
     assert scored.code == 0 and "5 pass" in scored.out and "1 error" in scored.out
+
+
+MALFORMED = [
+    b"not json\n",
+    b"[1, 2]\n",
+    b'"a string"\n',
+    b'{"no_custom_id": 1}\n',
+    b'{"custom_id": 7}\n',
+    b'{"custom_id": "x", "error": "a string, not an object"}\n',
+    b'{"custom_id": "x", "response": {"status_code": 200, "body": {"choices": []}}}\n',
+    b'{"custom_id": "x", "response": {"status_code": 200, "body": {"choices": [{"message": 5}]}}}\n',
+    b'{"custom_id": "x", "response": []}\n',
+    b"\xff\xfe binary \x00\n",
+]
+
+
+def test_malformed_output_lines_are_refused_with_their_line_and_nothing_is_imported(spec_file, tmp_path, cli):
+    loaded = load_spec(spec_file(SPEC))
+    run = compile_run(loaded.data, loaded.base_dir, tmp_path / "out", {}).path
+    (shard,) = (run / "answers" / "requests").iterdir()
+    good = json.dumps(vllm_line(json.loads(shard.read_text().splitlines()[0]), "The number is 1.", 0)).encode() + b"\n"
+    for bad in MALFORMED:
+        output = tmp_path / "out.jsonl"
+        output.write_bytes(good + bad)
+        result = cli("collect", str(run), "--from", str(output))
+        assert result.code == 2, (bad, result.err)
+        assert f"{output}:2: not a" in result.err and "Traceback" not in result.err
+        assert not (run / "answers" / "results.jsonl").exists()  # the good line before it is not imported either
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    refused = cli("collect", str(run), "--from", str(fifo))  # refused without blocking
+    assert refused.code == 2 and "is a FIFO, not a regular file" in refused.err

@@ -195,8 +195,8 @@ def test_emulator_answers_with_the_local_model(emulator, api_keys, tmp_path, cli
     emu = emulator(responder=Responder(kind="local"))
     spec = SMALL.replace(
         "models: [{id: local/gemma-3-270m, params: {temperature: 0, max_tokens: 8}}]",
-        f'models: [{{id: openai/gpt-4.1-mini, mode: batch, base_url: "{emu.openai_base_url}", '
-        "params: {max_tokens: 8}}]",
+        f'models: [{{id: anthropic/claude-haiku-4-5, mode: batch, base_url: "{emu.anthropic_base_url}", '
+        "params: {max_tokens: 8}}]",  # a model that continues the prefill, as the local model does
     ).replace("context_lengths: [300, 600]", "context_lengths: [300]")
     (tmp_path / "spec.yaml").write_text(spec)
     compiled = cli("compile", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "out"))

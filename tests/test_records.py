@@ -83,3 +83,14 @@ def test_jsonl_lines_are_stable_and_written_whole(tmp_path):
     assert [r["n"] for r in jsonl.read(path)] == [0, 1, 2]  # the old file stands until the new one is whole
     assert not list(tmp_path.glob("*.part"))  # and the half-written one is gone
     assert list(jsonl.read(tmp_path / "absent.jsonl")) == []
+
+
+def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
+    from nspec.errors import UserError
+
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"cell_id": "a"}\n{"cell_id": "b", "te')  # another process is writing "b"
+    assert [r["cell_id"] for r in jsonl.read(path)] == ["a"]
+    path.write_bytes(b'{"cell_id": "a"}\n{"cell_id": \n{"cell_id": "c"}\n')
+    with pytest.raises(UserError, match=r"results.jsonl:2: not a JSON line; the file is damaged"):
+        list(jsonl.read(path))

@@ -14,6 +14,7 @@ import pytest
 
 from nspec.compiler.run_directory import compile_run
 from nspec.errors import UserError
+from nspec.runners import pipeline
 from nspec.runners.emulator.config import Faults, RateLimits, Timing
 from nspec.runners.failpoints import ENV as FAILPOINT
 from nspec.runners.session import Session
@@ -130,16 +131,14 @@ def test_status_report(emulator, tmp_path):
     emu = emulator()
     run = compile_for(tmp_path, emu)
     submit(run)
-    session = Session.open(str(run))
-    report = session.status()
-    session.close()
+    report = pipeline.status(run)["stages"][0]
     gpt = report["models"][0]
     assert (gpt["requests"], gpt["pending"], gpt["done"]) == (8, 8, 0)
     assert gpt["batches"][0]["batch_id"].startswith("batch_") and gpt["batches"][0]["age_seconds"] >= 0
     collect(run, emu)
-    session = Session.open(str(run))
-    report = session.status()
-    session.close()
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        os.environ.pop(key)  # (the fixture restores them) status reads the ledger only: no key needed
+    report = pipeline.status(run)["stages"][0]
     assert all(m["done"] == 8 and m["pending"] == 0 and m["input_tokens"] > 0 for m in report["models"])
     assert report["models"][0]["cost_usd"] > 0
 
@@ -181,6 +180,60 @@ def test_killed_in_the_middle_of_a_live_run(emulator, tmp_path):
     assert_complete(run)
 
 
+def ledger_totals(cli, run):
+    state = json.loads(cli("status", str(run), "--json").out)
+    models = state["stages"][0]["models"]
+    return {k: sum(m[k] for m in models) for k in ("done", "failed", "input_tokens", "output_tokens")}
+
+
+def test_a_kill_between_writing_a_result_and_recording_it_keeps_its_tokens(emulator, tmp_path, cli):
+    emu = emulator()
+    run = compile_for(tmp_path, emu, modes=("live", "live"))
+    killed = nspec_process("submit", str(run), failpoint="after-append")
+    assert killed.returncode == -signal.SIGKILL and len(results(run)) == 1  # written, not recorded
+    assert cli("submit", str(run)).code == 0
+    got = assert_complete(run)
+    totals = ledger_totals(cli, run)
+    assert totals["done"] == len(got)
+    assert totals["input_tokens"] == sum(r["usage"]["input_tokens"] for r in got) > 0  # the first one's included
+    assert totals["output_tokens"] == sum(r["usage"]["output_tokens"] for r in got)
+
+
+def test_a_kill_between_writing_an_error_and_recording_it_keeps_it_an_error(emulator, tmp_path, cli):
+    emu = emulator(faults=Faults(request_error_rate=1.0))
+    run = compile_for(tmp_path, emu, modes=("batch",), attempts=1)
+    assert cli("submit", str(run)).code == 3
+    emu.clock.advance(600)
+    killed = nspec_process("collect", str(run), failpoint="after-append")
+    assert killed.returncode == -signal.SIGKILL and len(results(run)) == 1
+    assert cli("collect", str(run)).code == 4  # every request ended in an error, the one written before the kill too
+    totals = ledger_totals(cli, run)
+    assert totals["failed"] == len(cell_ids(run)) and totals["done"] == 0
+
+
+def test_a_token_limit_no_request_fits_is_an_error_before_anything_is_sent(emulator, tmp_path, cli):
+    emu = emulator()
+    run = compile_for(tmp_path, emu, modes=("live",), extra=", rate_limits: {tokens_per_minute: 100}")
+    result = cli("submit", str(run))
+    assert result.code == 2, result.err
+    assert re.search(
+        r"a request needs [\d,]+ tokens \(its input plus max_tokens\), more than the tokens-per-minute "
+        r"limit of 100 \(rate_limits.tokens_per_minute\), so it can never be sent",
+        result.err,
+    )
+    assert emu.emulation.answered["openai"] == 0 and not (run / "answers" / "results.jsonl").read_text()
+
+
+def test_a_provider_limit_no_request_fits_stops_at_the_first_refusal(emulator, tmp_path, cli):
+    emu = emulator(rate_limits=RateLimits(tokens_per_minute=200))
+    run = compile_for(tmp_path, emu, modes=("live",))
+    start = time.monotonic()
+    result = cli("submit", str(run))
+    assert result.code == 2, result.err
+    assert "more than the tokens-per-minute limit of 200 (the provider's rate-limit headers)" in result.err
+    assert time.monotonic() - start < 30  # not a hundred rounds of waiting
+
+
 def test_two_processes_in_one_run_directory_take_turns(emulator, tmp_path, cli):
     emu = emulator(timing=Timing(validate_seconds=3600, seconds_per_request=0.1, finalize_seconds=1))
     run = compile_for(tmp_path, emu)
@@ -195,14 +248,18 @@ def test_two_processes_in_one_run_directory_take_turns(emulator, tmp_path, cli):
     try:
         lock = run / "lock"
         deadline = time.monotonic() + 120
-        while not (lock.is_file() and lock.read_text().strip() == str(waiting.pid)):
+        while not (lock.is_file() and lock.read_text().startswith(f"{waiting.pid} ")):
             assert waiting.poll() is None and time.monotonic() < deadline, "the first process never took the run"
             time.sleep(0.05)
         for command in ("submit", "collect", "score"):
             second = cli(command, str(run))
             assert second.code == 3, second.err  # run again later: nothing sent twice
-            assert f"another nspec process (pid {waiting.pid}) is working in this run directory" in second.err
-        assert cli("status", str(run)).code == 0  # reading is never refused
+            assert re.search(rf"is being worked on by pid {waiting.pid} since 20\d\d-\d\d-\d\dT", second.err)
+            assert "--wait-lock" in second.err
+        assert cli("status", str(run)).code == 0  # reading is never refused for the lock
+        for command in ("report", "variance", "dissent", "answers"):
+            read = cli(command, str(run))  # nothing to read yet, and said so: never "being worked on"
+            assert read.code == 2 and "has no scores yet: `nspec score" in read.err, (command, read.err)
     finally:
         waiting.kill()
         waiting.wait()
@@ -210,6 +267,43 @@ def test_two_processes_in_one_run_directory_take_turns(emulator, tmp_path, cli):
     done = cli("collect", str(run))
     assert done.code == 0, done.err
     assert batches_on(emu) == (1, 1)
+    assert_complete(run)
+
+
+def test_two_runs_started_at_once_send_everything_once(emulator, tmp_path):
+    """Cron starting `nspec run` while the last one still runs: one process works, the other says so (exit 3) or,
+    with --wait-lock, waits and then finds nothing left to send. One batch, one live call per request."""
+    emu = emulator(timing=Timing(validate_seconds=2, seconds_per_request=0.05, finalize_seconds=0.5))
+    compile_for(tmp_path, emu, modes=("batch", "live"))
+    spec, out = str(tmp_path / "spec.yaml"), str(tmp_path / "out")
+    env = {**os.environ, FAILPOINT: ""}
+    command = [sys.executable, "-m", "nspec", "run", spec, "--wait", "-o", out]
+    both = [
+        subprocess.Popen([*command, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for extra in ([], ["--wait-lock"])
+    ]
+    third = None
+    try:
+        run = next((tmp_path / "out" / "runner-test").iterdir()) if (tmp_path / "out").exists() else None
+        deadline = time.monotonic() + 60
+        while run is None or not (run / "lock").is_file() or not (run / "lock").read_text():
+            assert time.monotonic() < deadline, "no process took the run"
+            time.sleep(0.02)
+            found = list((tmp_path / "out" / "runner-test").glob("[0-9a-f]*")) if (tmp_path / "out").exists() else []
+            run = found[0] if found else None
+        third = nspec_process("run", spec, "-o", out)  # a third, without --wait-lock, while one is working
+        finished = [p.communicate(timeout=120) for p in both]
+    finally:
+        for p in both:
+            p.kill()
+    plain, waited = both
+    assert waited.returncode == 0, finished[1]
+    assert plain.returncode == 0 or (plain.returncode == 3 and "is being worked on by pid" in finished[0][1])
+    assert third.returncode == 3 and "is being worked on by pid" in third.stderr, third.stderr
+    assert batches_on(emu) == (1, 0)  # OpenAI's one batch, created once
+    cells = cell_ids(run)
+    live_cells = [c for c in cells if not c.startswith("openai")]
+    assert emu.emulation.answered["anthropic"] == len(live_cells)  # every live call made once
     assert_complete(run)
 
 

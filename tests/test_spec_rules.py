@@ -130,7 +130,9 @@ def test_model_prompt_override_checked(spec_file):
 
 
 def test_prefill_may_not_use_haystack(spec_file):
-    text = BASE.replace("prompt: {user:", 'prompt: {prefill: "{haystack}", user:')
+    text = BASE.replace("prompt: {user:", 'prompt: {prefill: "{haystack}", user:').replace(
+        "openai/gpt-4.1-mini", "anthropic/claude-haiku-4-5"
+    )
     assert issues(spec_file, text) == [
         "spec.yaml:10:19: prompt.prefill: unknown placeholder {haystack}; `prefill` may use {question}"
     ]
@@ -310,3 +312,27 @@ def test_all_errors_reported_at_once(spec_file):
         + "colour: red\n"
     )
     assert len(issues(spec_file, text)) == 4
+
+
+def test_a_prefill_goes_only_to_models_that_continue_one(spec_file):
+    both = BASE.replace(
+        'prompt: {user: "{haystack} {question}"}', 'prompt: {user: "{haystack} {question}", prefill: "It is"}'
+    ).replace(
+        "models: [{id: openai/gpt-4.1-mini}]", "models: [{id: openai/gpt-4.1-mini}, {id: anthropic/claude-haiku-4-5}]"
+    )
+    assert issues(spec_file, both) == [
+        "spec.yaml:10:50: prompt.prefill: openai/gpt-4.1-mini (models[0]) cannot continue a prefill: its API reads a "
+        "final assistant message as an earlier turn, not as the start of its answer; give the prefill only to models "
+        "that take one (their own `prompt: {prefill: ...}`)"
+    ]
+    own = BASE.replace(
+        "models: [{id: openai/gpt-4.1-mini}]",
+        "models: [{id: openai/gpt-4.1-mini}, {id: anthropic/claude-haiku-4-5, prompt: {prefill: 'It is'}}]",
+    )
+    assert load_spec(spec_file(own, "own.yaml")).data
+    vllm = BASE.replace(
+        "models: [{id: openai/gpt-4.1-mini}]",
+        "models: [{id: openai-compatible/m, base_url: 'http://127.0.0.1:8000/v1', prompt: {prefill: 'It is'},"
+        " params: {continue_final_message: true}}]",
+    )
+    assert load_spec(spec_file(vllm, "vllm.yaml")).data

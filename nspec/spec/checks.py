@@ -16,7 +16,8 @@ from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import source_problem
 from nspec.compiler.prices import close_names, table_entry
 from nspec.errors import SpecIssue, UserError
-from nspec.providers import names, provider
+from nspec.inputs import Confinement
+from nspec.providers import Provider, key_destination_problem, names, provider
 from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
 
@@ -26,11 +27,28 @@ RESERVED_PARAMS = ("model", "messages", "system", "stream", "n")
 
 
 class _Checker:
-    def __init__(self, data: dict[str, Any], source: SourceMap, base_dir: str) -> None:
+    def __init__(
+        self,
+        data: dict[str, Any],
+        source: SourceMap,
+        base_dir: str,
+        schema_issues: list[SpecIssue],
+        confinement: Confinement | None,
+        top_file: str | None,
+    ) -> None:
         self.data = data
         self.source = source
         self.base_dir = base_dir
         self.issues: list[SpecIssue] = []
+        self.invalid = {issue.path for issue in schema_issues}
+        self.confinement = confinement
+        self.top_file = top_file
+
+    def valid(self, path: Path) -> bool:
+        """Whether the schema found nothing wrong at or under ``path``: values there have their declared types
+        and ranges, so a rule may compute with them (expanding a range of a billion steps, say, it may not)."""
+        name = format_path(path)
+        return not any(bad == name or bad.startswith((name + ".", name + "[")) for bad in self.invalid)
 
     def error(self, path: Path, message: str, *, at_key: bool = False) -> None:
         loc = self.source.key(path) if at_key else self.source.value(path)
@@ -160,22 +178,25 @@ class _Checker:
                         ids[nid] = i
 
     def haystack_files(self, haystack: dict[str, Any]) -> None:
-        """Every file a haystack names exists and can fill a context: text, not empty, a regular file."""
+        """Every file a haystack names exists, lies under the spec's root, and can fill a context: text, not empty,
+        a regular file."""
         files = haystack.get("files")
         patterns = [files] if isinstance(files, str) else files if isinstance(files, list) else []
         for i, pattern in enumerate(patterns):
             if not isinstance(pattern, str):
                 continue
             path: Path = ("haystack", "files") if isinstance(files, str) else ("haystack", "files", i)
+            if "\0" in pattern:
+                self.error(path, "a pattern cannot hold a NUL byte")
+                continue
             matches = sorted(glob.glob(os.path.join(self.base_dir, pattern), recursive=True))
             if not matches:
                 self.error(path, f"no file matches {pattern!r} (relative to the spec's folder)")
             elif all(os.path.isdir(m) for m in matches):
                 self.error(path, f"{pattern!r} matches only directories; give a pattern of files, e.g. {pattern}/*.txt")
             for match in matches:
-                problem = None if os.path.isdir(match) else source_problem(match)
-                if problem is not None:
-                    self.error(path, f"{os.path.relpath(match, self.base_dir)} {problem}")
+                if not os.path.isdir(match):
+                    self.source_file(path, match, os.path.relpath(match, self.base_dir))
         stack = haystack.get("stack")
         if isinstance(stack, dict):
             for key in ("items", "questions"):
@@ -183,10 +204,18 @@ class _Checker:
                 if not isinstance(name, str):
                     continue
                 full = os.path.join(self.base_dir, name)
-                if not os.path.lexists(full):
+                if "\0" not in name and not os.path.lexists(full):
                     self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
-                elif (problem := source_problem(full)) is not None:
-                    self.error(("haystack", "stack", key), f"{name} {problem}")
+                else:
+                    self.source_file(("haystack", "stack", key), full, repr(name) if "\0" in name else name)
+
+    def source_file(self, path: Path, file: str, shown: str) -> None:
+        """One haystack or stack file: inside the root (checked first: a file outside is never opened), then fit."""
+        problem = self.confinement.problem(file) if self.confinement is not None else None
+        if problem is None:
+            problem = source_problem(file)
+        if problem is not None:
+            self.error(path, f"{shown} {problem}")
 
     def needle(self, path: Path, needle: dict[str, Any]) -> None:
         variables = needle.get("vars")
@@ -229,7 +258,8 @@ class _Checker:
             and isinstance(distractors, int)
             and (count > 1 or distractors > 0)
             and not any(
-                isinstance(s, dict) and s.get("scope", "instance") == "instance" for s in (variables or {}).values()
+                isinstance(s, dict) and s.get("scope", "instance") == "instance"
+                for s in (variables.values() if isinstance(variables, dict) else ())
             )
         ):
             self.error(
@@ -243,7 +273,7 @@ class _Checker:
             return
         for key, expand in (("context_lengths", grid_axes.context_lengths), ("depths", grid_axes.depths)):
             axis = grid.get(key)
-            if isinstance(axis, dict):
+            if isinstance(axis, dict) and self.valid(("grid", key)):
                 start, stop, steps = axis.get("from", 0), axis.get("to", 100), axis.get("steps")
                 if not all(isinstance(v, int | float) for v in (start, stop, steps)):
                     continue
@@ -254,7 +284,7 @@ class _Checker:
                 if dups:
                     self.error(("grid", key), f"the range gives duplicate values ({_short(dups)}): use fewer steps")
         lengths = grid.get("context_lengths")
-        if isinstance(lengths, dict | list):
+        if isinstance(lengths, dict | list) and self.valid(("grid", "context_lengths")):
             try:
                 values = grid_axes.context_lengths(lengths)
             except (KeyError, TypeError, ValueError):
@@ -312,6 +342,9 @@ class _Checker:
         if api is not None:
             for where, message in api.model_issues(model):
                 self.error((*path, *where), message)
+            if path[0] == "models":
+                self.prefill(path, model, api)
+        self.destination(path, model, api is not None)
         tokenizer = model.get("tokenizer")
         choice = tokenizer.get("name") if isinstance(tokenizer, dict) else tokenizer
         if choice == "model" and api is not None and not api.own_tokenizer:
@@ -334,12 +367,47 @@ class _Checker:
                     )
             for key in ("max_tokens", "max_completion_tokens"):
                 limit = params.get(key)
-                if isinstance(limit, int) and reserves and limit > min(reserves):
+                if key in params and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+                    self.error((*path, "params", key), f"must be a whole number of tokens, at least 1 (got {limit!r})")
+                elif isinstance(limit, int) and reserves and limit > min(reserves):
                     self.error(
                         (*path, "params", key),
                         f"{key} ({limit}) exceeds reserve_tokens ({min(reserves)}): the answer could "
                         "overflow the context length; raise reserve_tokens or lower max_tokens",
                     )
+
+    def prefill(self, path: Path, model: dict[str, Any], api: Provider) -> None:
+        """A prefill is sent to a model only if it continues it; others would read it as an earlier turn of the
+        conversation, which is another experiment than the one the spec describes."""
+        override = model.get("prompt")
+        if isinstance(override, dict) and "prefill" in override:
+            sources: list[Path] = [(*path, "prompt", "prefill")]
+        else:
+            sources = [(*where, "prefill") for where, entry in self.prompt_entries() if "prefill" in entry]
+        if sources and not api.takes_prefill(model):
+            self.error(
+                sources[0],
+                f"{model.get('id')} ({format_path(path)}) cannot continue a prefill: its API reads a final "
+                "assistant message as an earlier turn, not as the start of its answer; give the prefill only to "
+                "models that take one (their own `prompt: {prefill: ...}`)",
+            )
+
+    def destination(self, path: Path, model: dict[str, Any], known: bool) -> None:
+        """Where the model's requests and key go is the top-level spec's to say: an included file (someone else's,
+        perhaps) may not redirect them. A standard key goes only to its provider or to this machine."""
+        for key in ("base_url", "api_key_env"):
+            where = self.source.key((*path, key))
+            if key in model and self.top_file is not None and where.file != self.top_file:
+                self.error(
+                    (*path, key),
+                    f"`{key}` may be set only in the spec you run ({self.top_file}), not by an included file: "
+                    "where requests and keys go is yours to say",
+                    at_key=True,
+                )
+        if known and isinstance(model.get("base_url"), str) and isinstance(model.get("id"), str):
+            problem = key_destination_problem(model)
+            if problem is not None:
+                self.error((*path, "base_url"), problem)
 
     def scoring(self) -> None:
         scoring = self.data.get("scoring")
@@ -408,8 +476,11 @@ def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:
     """What is valid but probably not meant: a model no price is known for (its cost will be unknown), with the
     listed models whose names are close to it."""
     out = []
-    entries: list[tuple[Path, Any]] = [(("models", i), m) for i, m in enumerate(data.get("models") or [])]
-    for i, scorer in enumerate(data.get("scoring") or []):
+    models, scoring = data.get("models"), data.get("scoring")
+    entries: list[tuple[Path, Any]] = [
+        (("models", i), m) for i, m in enumerate(models if isinstance(models, list) else [])
+    ]
+    for i, scorer in enumerate(scoring if isinstance(scoring, list) else []):
         judge = scorer.get("judge") if isinstance(scorer, dict) else None
         if isinstance(judge, dict):
             entries += [(("scoring", i, "judge", "models", j), m) for j, m in enumerate(judge.get("models") or [])]
@@ -436,9 +507,18 @@ def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:
     return out
 
 
-def check(data: dict[str, Any], source: SourceMap, base_dir: str) -> list[SpecIssue]:
-    """Every semantic issue of a merged spec; ``base_dir`` is the folder that relative paths start from."""
-    return _Checker(data, source, base_dir).run()
+def check(
+    data: dict[str, Any],
+    source: SourceMap,
+    base_dir: str,
+    schema_issues: list[SpecIssue] | None = None,
+    confinement: Confinement | None = None,
+    top_file: str | None = None,
+) -> list[SpecIssue]:
+    """Every semantic issue of a merged spec; ``base_dir`` is the folder that relative paths start from. Values the
+    schema refused (``schema_issues``) are not computed with; files outside ``confinement`` are refused unread;
+    destinations and key variables set outside ``top_file`` (the spec run) are refused."""
+    return _Checker(data, source, base_dir, schema_issues or [], confinement, top_file).run()
 
 
 def _braced(names: set[str]) -> str:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.errors import Location, SpecError, SpecIssue
+from nspec.inputs import Confinement
 from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
 from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document
@@ -33,6 +35,7 @@ class LoadedSpec:
     source: SourceMap  # where each value came from (files and includes)
     files: list[str] = field(default_factory=list)  # every file read, root first
     warnings: list[SpecIssue] = field(default_factory=list)  # valid, but probably not what was meant
+    confinement: Confinement | None = None  # the folders its files may lie in (None: anywhere)
 
     @property
     def base_dir(self) -> str:
@@ -40,21 +43,24 @@ class LoadedSpec:
         return os.path.dirname(self.file) or "."
 
 
-def load_spec(file: str) -> LoadedSpec:
-    """Load, merge, validate and resolve the spec at ``file``; raises SpecError with every issue found."""
+def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
+    """Load, merge, validate and resolve the spec at ``file``; raises SpecError with every issue found. The files
+    it names (includes, haystack and stack files) must lie under its root or a folder in ``allowed``
+    (`nspec.inputs.Confinement`)."""
+    confinement = Confinement.of(file, allowed)
     files: list[str] = []
-    doc = _load_with_includes(file, chain=(), files=files)
+    doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
     data, source = doc.data, doc.source
     issues = schema_issues(data, source)
     _merge_model_defaults(data, source)
-    issues += checks.check(data, source, os.path.dirname(file) or ".")
+    issues += checks.check(data, source, os.path.dirname(file) or ".", issues, confinement, file)
     if issues:
         raise SpecError(issues)
     resolved = fill_defaults(data)
-    return LoadedSpec(file, resolved, source, files, checks.warnings(data, source))
+    return LoadedSpec(file, resolved, source, files, checks.warnings(data, source), confinement)
 
 
-def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str]) -> Document:
+def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str], confinement: Confinement) -> Document:
     doc = read_document(file)
     files.append(file)
     if not isinstance(doc.data, dict):
@@ -83,6 +89,11 @@ def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str]) -> 
         if not isinstance(target, str) or not target:
             issues.append(SpecIssue(loc, format_path(path), "must be a file path (text)"))
             continue
+        outside = confinement.problem(os.path.join(here, target))
+        if outside is not None:
+            shown = target.replace("\0", "\\0")
+            issues.append(SpecIssue(loc, format_path(path), f"{shown} {outside}"))
+            continue
         target_file = os.path.normpath(os.path.join(here, target))
         if os.path.realpath(target_file) in {os.path.realpath(f) for f in (*chain, file)}:
             cycle = " → ".join((*chain, file, target_file))
@@ -92,7 +103,7 @@ def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str]) -> 
             issues.append(SpecIssue(loc, format_path(path), f"included file not found: {target_file}"))
             continue
         try:
-            included = _load_with_includes(target_file, (*chain, file), files)
+            included = _load_with_includes(target_file, (*chain, file), files, confinement)
         except SpecError as exc:
             issues += [_via(issue, loc) if issue.location.file != file else issue for issue in exc.issues]
             continue
@@ -148,21 +159,25 @@ def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> None:
     targets: list[tuple[Path, list[Any]]] = []
     if isinstance(data.get("models"), list):
         targets.append((("models",), data["models"]))
-    for i, scorer in enumerate(data.get("scoring") or []):
+    scoring = data.get("scoring")
+    for i, scorer in enumerate(scoring if isinstance(scoring, list) else []):
         judge = scorer.get("judge") if isinstance(scorer, dict) else None
         if isinstance(judge, dict) and isinstance(judge.get("models"), list):
             judge["models"] = [{"id": m} if isinstance(m, str) else m for m in judge["models"]]
             targets.append((("scoring", i, "judge", "models"), judge["models"]))
     if not isinstance(defaults, dict):
         return
+    # Where each default stands, found once (the source map holds every value of the spec).
+    located = [
+        (table, [(path[1:], loc) for path, loc in table.items() if path[:1] == ("defaults",) and len(path) > 1])
+        for table in (source.values, source.keys, source.raw)
+    ]
     for list_path, models in targets:
         for j, model in enumerate(models):
             if not isinstance(model, dict):
                 continue
             models[j] = _merge_values(copy.deepcopy(defaults), model)
             prefix = (*list_path, j)
-            for table in (source.values, source.keys, source.raw):
-                for path, loc in list(table.items()):
-                    if path[:1] == ("defaults",) and len(path) > 1:
-                        target = (*prefix, *path[1:])
-                        table.setdefault(target, loc)  # type: ignore[arg-type]
+            for table, entries in located:
+                for rest, loc in entries:
+                    table.setdefault((*prefix, *rest), loc)  # type: ignore[arg-type]

@@ -8,20 +8,25 @@ with both lines, and scalars YAML would silently turn into dates keep their sour
 from __future__ import annotations
 
 import io
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from nspec.errors import Location, SpecError, SpecIssue
+from nspec.inputs import InputRefused, read_input
 
 # Specs are small; refusing big files up front keeps a mistaken `nspec validate big.jsonl` instant.
 MAX_SPEC_BYTES = 1 << 20
 # Aliases can expand exponentially ("billion laughs"); no real spec comes near this many values.
 MAX_VALUES = 200_000
+# No spec nests deeper than a dozen levels; the limit keeps every recursive step (composing, validating) bounded.
+MAX_DEPTH = 64
 
 Path = tuple[str | int, ...]
 
@@ -84,21 +89,15 @@ class Document:
 def read_document(path: str, display: str | None = None) -> Document:
     """Read and parse the YAML file at ``path``; ``display`` is how messages name it (default: ``path``)."""
     name = display or path
-    start = Location(name, 1, 1)
-    if os.path.isdir(path):
+    start = Location(name.replace("\0", "\\0"), 1, 1)
+    if "\0" not in path and not os.path.lexists(path):
+        raise SpecError([SpecIssue(start, "", "no such file")])
+    if "\0" not in path and os.path.isdir(path):
         raise SpecError([SpecIssue(start, "", "is a directory, not a spec file")])
     try:
-        size = os.path.getsize(path)
-        if size > MAX_SPEC_BYTES:
-            raise SpecError(
-                [SpecIssue(start, "", f"file is {size:,} bytes; a spec may be at most {MAX_SPEC_BYTES:,} bytes")]
-            )
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise SpecError([SpecIssue(start, "", "no such file")]) from None
-    except OSError as exc:
-        raise SpecError([SpecIssue(start, "", f"cannot read: {exc.strerror or exc}")]) from None
+        raw = read_input(path, MAX_SPEC_BYTES)
+    except InputRefused as exc:
+        raise SpecError([SpecIssue(start, "", exc.reason)]) from None
     return parse_document(raw, name)
 
 
@@ -114,6 +113,7 @@ def parse_document(raw: bytes, name: str) -> Document:
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
+        _check_depth(text, name)
         root = YAML(typ="safe", pure=True).compose(io.StringIO(text))
     except MarkedYAMLError as exc:
         raise SpecError([_syntax_issue(exc, name, text)]) from None
@@ -126,6 +126,21 @@ def parse_document(raw: bytes, name: str) -> Document:
     if builder.issues:
         raise SpecError(builder.issues)
     return Document(name, data, builder.source)
+
+
+def _check_depth(text: str, name: str) -> None:
+    """Refuse nesting deeper than `MAX_DEPTH` before composing: the parser's events come one at a time, whereas
+    composing (and every later walk) recurses once per level."""
+    depth = 0
+    for event in YAML(typ="safe", pure=True).parse(io.StringIO(text)):
+        if isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                where = Location(name, mark.line + 1, mark.column + 1)
+                raise SpecError([SpecIssue(where, "", f"nested more than {MAX_DEPTH} levels deep; no spec needs that")])
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
 
 
 def _syntax_issue(exc: MarkedYAMLError, name: str, text: str) -> SpecIssue:
@@ -234,7 +249,12 @@ class _Builder:
         if tag == f"{_TAG}int":
             return _yaml_int(text)
         if tag == f"{_TAG}float":
-            return _yaml_float(text)
+            value = _yaml_float(text)
+            if not math.isfinite(value):
+                # Every comparison with NaN is false, so a schema's bounds would let it through.
+                self.issue(node, path, f"YAML reads {text} as a number that is not finite; specs take finite numbers")
+                return None
+            return value
         return YamlDate(text)
 
 

@@ -42,6 +42,7 @@ def router(api: Api) -> Router:
         headers = api.live_limit("anthropic", body, prompt, int(body["max_tokens"]))
         await asyncio.sleep(config.timing.live_latency_seconds)
         message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8))
+        emu.answered["anthropic"] += 1
         return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
 
     @api.route("anthropic", "POST", "/v1/messages/count_tokens")

@@ -52,6 +52,7 @@ class Emulation:
         self.responder = make_responder(config.responder, config.seed, count_tokens)
         self.rng = random.Random(config.seed)
         self.statuses: Counter[int] = Counter()  # responses served, by HTTP status (for tests and benchmarks)
+        self.answered: Counter[str] = Counter()  # live answers given, per provider (a call made twice counts twice)
         now = self.clock.now()
         self.limiters = {"openai": Limiter(config.rate_limits, now), "anthropic": Limiter(config.rate_limits, now)}
 

@@ -164,6 +164,7 @@ def router(api: Api) -> Router:
         headers = api.live_limit("openai", body, prompt, int(limit))
         await asyncio.sleep(config.timing.live_latency_seconds)
         completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        emu.answered["openai"] += 1
         return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
     routes.append(chat)

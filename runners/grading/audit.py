@@ -12,6 +12,7 @@ from nspec.runners.rundir import Run
 def dissent(run: Run) -> list[dict[str, Any]]:
     """Per judge: how often its vote differs from the panel's verdict, and from the deterministic scorers where a
     scorer decided too (judges asked `when: always`)."""
+    run.require("scores")
     stats: dict[str, Counter[str]] = defaultdict(Counter)
     for score in run.scores():
         panel = score.get("judge_verdict")
@@ -46,6 +47,7 @@ def _rate(part: int, whole: int) -> float | None:
 def variance(run: Run) -> list[dict[str, Any]]:
     """Cells whose repeated trials disagree (some pass, some fail), by location; `question` is the stack item
     asked (for text haystacks each trial has its own needle, so there is none)."""
+    run.require("scores")
     cells = {c["cell_id"]: c for c in run.cells()}
     groups: dict[tuple[Any, ...], Counter[str]] = defaultdict(Counter)
     for score in run.scores():
@@ -85,6 +87,7 @@ def variance(run: Run) -> list[dict[str, Any]]:
 def answers_by_question(run: Run) -> list[dict[str, Any]]:
     """Per question and expected answer (a question asked with different needles is several entries): the distinct
     answers given, passing and failing, with counts — for mining alternate answers to add to the spec."""
+    run.require("scores")
     cells = {c["cell_id"]: c for c in run.cells()}
     texts = {r["cell_id"]: (r.get("text") or "").strip() for r in run.results() if r["status"] == "ok"}
     out: dict[tuple[str, tuple[str, ...]], dict[str, Counter[str]]] = {}

@@ -20,6 +20,7 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
+from nspec.inputs import Confinement
 from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
@@ -36,10 +37,10 @@ class VetQuestion:
     context: str  # the needle sentence or the item
 
 
-def vet_questions(spec: dict[str, Any], base_dir: str) -> list[VetQuestion]:
+def vet_questions(spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None) -> list[VetQuestion]:
     haystack = spec["haystack"]
     if "stack" in haystack:
-        source = load_haystack(haystack, base_dir)
+        source = load_haystack(haystack, base_dir, confinement)
         return [
             VetQuestion(q.item, q.question, [q.answer], list(q.alternates), source.items[q.item])
             for q in source.questions
@@ -53,7 +54,9 @@ def vet_questions(spec: dict[str, Any], base_dir: str) -> list[VetQuestion]:
     return out
 
 
-def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> list[dict[str, Any]]:
+def vet(
+    spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool, confinement: Confinement | None = None
+) -> list[dict[str, Any]]:
     """Per model and question: how many of ``trials`` answers passed, and whether the question is flagged."""
     models = models_of(spec)
     attempts = int(spec.get("run", {}).get("retry", {}).get("attempts", 3))
@@ -62,7 +65,7 @@ def vet(spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool) -> 
         for m in models
     }
     _, prompt = prompt_variants(spec)[0]
-    questions = vet_questions(spec, base_dir)
+    questions = vet_questions(spec, base_dir, confinement)
     requests: list[LiveRequest] = []
     asked: dict[str, tuple[str, VetQuestion, int]] = {}
     for model in models:

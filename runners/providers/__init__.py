@@ -42,6 +42,15 @@ class BaseProvider:
     optional_batch = False  # whether a model entry's `batch_api` says if its server has a batch API
     priced = True  # whether the shipped price table lists its models (a self-hosted server's cannot be)
 
+    official_hosts: tuple[str, ...] = ()
+    base_url_variable: str | None = None  # the environment variable the SDK reads its base URL from
+    official_base_url: str | None = None
+
+    def default_base_url(self) -> str | None:
+        if self.base_url_variable and os.environ.get(self.base_url_variable):
+            return os.environ[self.base_url_variable]
+        return self.official_base_url
+
     @property
     def install_hint(self) -> str:
         return f"pip install {self.package}"
@@ -65,6 +74,9 @@ class BaseProvider:
 
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return True
+
+    def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
+        return False
 
     def mode(self, entry: Mapping[str, Any]) -> str:
         mode = str(entry.get("mode", "auto"))
@@ -100,7 +112,12 @@ def sdk_retries() -> int:
 
 
 def status_error(
-    provider: str, status: int, message: str, creds: Credentials, model: str, retry_after: float | None = None
+    provider: str,
+    status: int,
+    message: str,
+    creds: Credentials,
+    model: str,
+    headers: Mapping[str, str] | None = None,
 ) -> NspecError:
     """An HTTP error status as nspec's error: a refusal names what to fix; the rest are transient."""
     detail = f"{provider} answered {status}: {message[:300]}"
@@ -114,7 +131,7 @@ def status_error(
     if status in (400, 413, 422):
         return BadRequest(provider, model, f"{detail} — for {model}", status)
     if status == 429:
-        return RateLimited(provider, detail, retry_after)
+        return RateLimited(provider, detail, retry_after(headers), headers)
     return ServerError(provider, detail, status)
 
 

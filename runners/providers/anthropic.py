@@ -23,7 +23,6 @@ from nspec.runners.providers import (
     BaseProvider,
     connection_error,
     request_failure,
-    retry_after,
     sdk,
     sdk_kwargs,
     sdk_retries,
@@ -67,9 +66,15 @@ class Anthropic(BaseProvider):
     request_format = "anthropic"
     key_variables = ("NSPEC_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
     package = "anthropic"
+    official_hosts = ("api.anthropic.com",)
+    base_url_variable = "ANTHROPIC_BASE_URL"
+    official_base_url = "https://api.anthropic.com"
 
     def shard_limits(self) -> ShardLimits:
         return ShardLimits(100_000, 256 * 1000 * 1000)
+
+    def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
+        return True  # a final assistant message is continued: the Messages API's prefill
 
     def request_line(
         self,
@@ -129,7 +134,7 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     if isinstance(exc, anthropic.APIStatusError):
         body = exc.body.get("error") if isinstance(exc.body, dict) else None  # {"type": "error", "error": {...}}
         message = str(body.get("message")) if isinstance(body, dict) and body.get("message") else str(exc.message)
-        return status_error("anthropic", exc.status_code, message, creds, model, retry_after(exc.response.headers))
+        return status_error("anthropic", exc.status_code, message, creds, model, exc.response.headers)
     if isinstance(exc, anthropic.APIConnectionError) or type(exc).__module__.startswith(("httpx", "httpcore")):
         return connection_error("anthropic", exc)
     return None

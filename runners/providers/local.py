@@ -317,6 +317,9 @@ class Local(BaseProvider):
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return False
 
+    def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
+        return True  # `completion_prompt` ends with the prefill for the model to continue
+
     def shard_limits(self) -> ShardLimits:
         return COMPATIBLE.shard_limits()
 

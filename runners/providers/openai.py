@@ -25,7 +25,6 @@ from nspec.runners.providers import (
     BaseProvider,
     connection_error,
     request_failure,
-    retry_after,
     sdk,
     sdk_kwargs,
     sdk_retries,
@@ -43,6 +42,8 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     """A line of an OpenAI batch output or error file (or of `vllm run-batch`'s output, errors inline)."""
     custom_id = line["custom_id"]
     error, response = line.get("error"), line.get("response")
+    if not isinstance(response, dict | None) or not isinstance(error, dict | None):
+        raise TypeError("`response` and `error` must be objects or null")
     if error:
         code = error.get("code")
         status = "expired" if code == "batch_expired" else "cancelled" if code == "batch_cancelled" else "error"
@@ -78,6 +79,9 @@ class OpenAI(BaseProvider):
     request_format = OPENAI_CHAT
     key_variables = ("NSPEC_OPENAI_API_KEY", "OPENAI_API_KEY")
     package = "openai"
+    official_hosts: tuple[str, ...] = ("api.openai.com",)
+    base_url_variable = "OPENAI_BASE_URL"
+    official_base_url: str | None = "https://api.openai.com/v1"
     token_counts = "exact (tiktoken: o200k_base; cl100k_base for gpt-4 and gpt-3.5)"
     limit_key = "max_completion_tokens"
 
@@ -139,6 +143,8 @@ class OpenAICompatible(OpenAI):
     structured output (not every server has it), and no key of its own (OpenAI's variables, as the SDK reads)."""
 
     name = "openai-compatible"
+    official_hosts = ()  # a server of the user's: its key is named with api_key_env, unless it is on this machine
+    official_base_url = None
     token_counts = BaseProvider.token_counts
     limit_key = "max_tokens"
     optional_batch = True
@@ -154,6 +160,11 @@ class OpenAICompatible(OpenAI):
 
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return entry.get("batch_api") is True
+
+    def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
+        # vLLM continues a final assistant message when asked to (its `continue_final_message` extension).
+        params = entry.get("params")
+        return isinstance(params, Mapping) and params.get("continue_final_message") is True
 
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
         return BaseProvider.tokenizer(self, model, setting)  # a server's model: its tokenizer is not OpenAI's
@@ -175,8 +186,8 @@ def _error(provider: str, creds: Credentials, model: str, exc: BaseException) ->
 
     if isinstance(exc, openai.APIStatusError):
         body = exc.body if isinstance(exc.body, dict) else {}  # the error object: message, type, code
-        wait = retry_after(exc.response.headers)
-        return status_error(provider, exc.status_code, str(body.get("message") or exc.message), creds, model, wait)
+        message = str(body.get("message") or exc.message)
+        return status_error(provider, exc.status_code, message, creds, model, exc.response.headers)
     if isinstance(exc, openai.APIConnectionError) or type(exc).__module__.startswith(("httpx", "httpcore")):
         return connection_error(provider, exc)  # also a body cut off mid-download
     return None
