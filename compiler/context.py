@@ -103,14 +103,21 @@ def build_context(
         # room, and cut its start instead (no needle there), so the context is still filled to its length.
         end = tt.next("boundary", start + room, min(tt.n_tokens - 1, start + room + BOUNDARY_REACH))
         if tt.boundary(end):
-            return fit.moving_start(tt.next("clean", end - room, end), end, floor=start)
+            return _with_haystack(fit.moving_start(tt.next("clean", end - room, end), end, floor=start), target)
     end = tt.last(mode, start + room, start)
     if at_end and stack_separator is None and start + room - end > BOUNDARY_REACH:
         raise FitError(
             f"no sentence ends within {BOUNDARY_REACH} tokens of the haystack's end (token {start + room}), "
             "so a needle at depth 100 cannot follow a whole sentence"
         )
-    return fit.moving_end(start, end, mode)
+    return _with_haystack(fit.moving_end(start, end, mode), target)
+
+
+def _with_haystack(built: BuiltContext, target: int) -> BuiltContext:
+    """A context is a haystack with needles in it: one that the prompt and needles fill on their own is not one."""
+    if built.span[0] >= built.span[1]:
+        raise FitError(f"the prompt and needles leave no room for any haystack in {target} tokens")
+    return built
 
 
 @dataclass

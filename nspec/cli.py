@@ -690,6 +690,29 @@ def emulator(
     server.serve_forever()
 
 
+@app.command()
+def view(
+    run: Annotated[str, typer.Argument(help="The run directory (its report is built first if it has none).")],
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: one the OS picks).")] = 0,
+) -> None:
+    """Serve the report and its cell browser on 127.0.0.1 and print the URL; Ctrl-C stops. Needed for runs whose
+    cell data is too big to inline in the page (a browser does not let a page read files beside it)."""
+    from pathlib import Path
+
+    from nspec.runners import pipeline
+    from nspec.runners.report.serve import serve
+
+    page = Path(run) / "report" / "index.html"
+    if not page.is_file():
+        page = pipeline.report([run])
+    try:
+        serve(page.parent, port, lambda url: _stdout().print(f"report: {url} (Ctrl-C stops)", markup=False))
+    except OSError as exc:
+        raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass
+
+
 @app.command(name="providers")
 def providers_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,

@@ -91,7 +91,7 @@ def test_location_chart_for_stacks(tmp_path, monkeypatch):
     data = collect([Run(run)])
     by_repeat = {(r["location"], r["repeat"]): r["rate"] for r in data.locations}
     assert by_repeat == {(1.0, "1"): 1.0, (1.0, "2"): 1.0, (98.0, "1"): 0.0, (98.0, "2"): 1.0}
-    assert "location" in [name for name, _ in charts(data, ("location",))]
+    assert "location" in [name for name, _, _ in charts(data, ("location",))]
 
 
 def rows(*rates):
@@ -161,3 +161,111 @@ def test_the_compile_s_fallbacks_are_in_the_report(spec_file, tmp_path):
     page = build_report([Run(run)]).read_text()
     assert "<h2>Notes</h2>" in page
     assert "anthropic/claude-haiku-4-5: token counts are estimated (proxy:o200k_base*1)" in page
+
+
+def test_two_runs_compared_cell_by_cell_with_mcnemar(spec_file, tmp_path):
+    import json
+
+    from nspec.runners.report import mcnemar
+
+    first, _ = scored_run(spec_file, tmp_path / "a")
+    second, _ = scored_run(spec_file, tmp_path / "b")
+    scores = [json.loads(line) for line in (second / "scores.jsonl").read_text().splitlines()]
+    passing = [s for s in scores if not s["negative"] and s["verdict"] == "pass"]
+    for s in passing[:6]:  # the second run fails six cells the first passed
+        s["verdict"] = "fail"
+    (second / "scores.jsonl").write_text("".join(json.dumps(s) + "\n" for s in scores))
+    data = collect([Run(first), Run(second)])
+    (comparison,) = data.comparisons
+    assert comparison.model == "openai/gpt-4.1-mini" and comparison.shared == 12
+    assert (comparison.first_passes, comparison.second_passes) == (11, 5)
+    assert (comparison.only_first, comparison.only_second) == (6, 0)
+    assert comparison.p_value == pytest.approx(mcnemar(6, 0)) == pytest.approx(2 * 0.5**6)
+    assert len(comparison.flipped) == 6 and {f["first"] for f in comparison.flipped} == {"pass"}
+    page = build_report([Run(first), Run(second)], tmp_path / "compare").read_text()
+    assert "<h2>Comparison</h2>" in page and "a change beyond noise (p &lt; 0.05)" in page
+    assert "-50.0 points" in page
+
+
+def test_mcnemar_exact_values():
+    from nspec.runners.report import mcnemar
+
+    assert mcnemar(0, 0) == 1.0
+    assert mcnemar(5, 5) == 1.0
+    assert mcnemar(1, 9) == pytest.approx(0.021484375)  # 2 * (1 + 10) / 1024
+    assert mcnemar(30, 70) < 1e-4 < mcnemar(45, 55)
+
+
+def test_every_cell_is_exported_and_small_runs_inline_their_cells(spec_file, tmp_path):
+    import json
+
+    run, _ = scored_run(spec_file, tmp_path)
+    page = build_report([Run(run)]).read_text()
+    rows = list(csv.DictReader((run / "report" / "cells.csv").read_text().splitlines()))
+    cells = (run / "cells.jsonl").read_text().splitlines()
+    assert len(rows) == len(cells)  # every cell, the unscored ones too (empty verdict)
+    scored = [r for r in rows if r["verdict"]]
+    assert len(scored) == 16 and {r["model"] for r in scored} == {"openai/gpt-4.1-mini"}
+    assert all(json.loads(r["needles"]) is not None and r["counted_by"] for r in rows)
+    (data_file,) = (run / "report" / "cells").iterdir()
+    browsed = json.loads(data_file.read_text())
+    assert len(browsed) == 16 and all(
+        c["excerpt"] is None or c["excerpt"]["needle"] in c["excerpt"]["needle"] for c in browsed
+    )
+    with_needle = [c for c in browsed if not c["negative"]]
+    assert all(c["excerpt"]["needle"].startswith("The special magic") for c in with_needle)
+    assert '"cells":[{' in page  # small: inline, so the page works from file://
+
+
+def test_big_runs_keep_their_cells_beside_the_page(spec_file, tmp_path, monkeypatch):
+    from nspec.runners.report import page as page_module
+
+    run, _ = scored_run(spec_file, tmp_path)
+    monkeypatch.setattr(page_module, "EMBED_BYTES", 100)
+    page = build_report([Run(run)]).read_text()
+    assert '"cells":null' in page and '"file":"cells/openai-gpt-4-1-mini-1.json"' in page
+
+
+def test_view_serves_the_report_folder_on_this_machine_only(spec_file, tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    run, _ = scored_run(spec_file, tmp_path)  # no report yet: view builds it first
+    server = subprocess.Popen(
+        [sys.executable, "-m", "nspec", "view", str(run), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("report: http://127.0.0.1:") and line.rstrip().endswith("(Ctrl-C stops)"), line
+        url = line.split()[1]
+        with urllib.request.urlopen(url) as response:
+            assert "<title>small</title>" in response.read().decode()
+        base = url.rsplit("/", 1)[0]
+        with urllib.request.urlopen(f"{base}/cells/openai-gpt-4-1-mini-1.json") as response:
+            assert len(json.load(response)) == 16
+        for outside in ("/../cells.jsonl", "/%2e%2e/manifest.json", "/cells/"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(base + outside)
+            assert refused.value.code == 404
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=20) == 0
+
+
+def test_cells_parquet_has_the_csv_s_rows_with_types(spec_file, tmp_path):
+    import pyarrow.parquet as pq
+
+    run, _ = scored_run(spec_file, tmp_path)
+    build_report([Run(run)])
+    table = pq.read_table(run / "report" / "cells.parquet")
+    rows = list(csv.DictReader((run / "report" / "cells.csv").read_text().splitlines()))
+    assert table.num_rows == len(rows) and table.column_names == list(rows[0])
+    assert str(table.schema.field("context_length").type) == "int64"
+    assert str(table.schema.field("depth").type) == "double" and str(table.schema.field("negative").type) == "bool"
+    assert table.column("cell_id").to_pylist() == [r["cell_id"] for r in rows]
+    verdicts = table.column("verdict").to_pylist()
+    assert verdicts.count(None) == sum(1 for r in rows if not r["verdict"])  # unscored cells: null, not ""

@@ -1,10 +1,13 @@
 """The report in a real browser (Debian's chromium, headless), with the network off: every chart renders, the
 console stays clean, and an answer made of HTML is data, never markup."""
 
+import html as html_lib
 import json
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +24,17 @@ XSS = "</script><script>alert(1)</script>"
 TITLE_XSS = "</script><script>document.title='PWNED'</script>"
 
 
-def render(page, tmp_path):
-    """The DOM after the page's scripts ran, and what the console said."""
+CHECKS = Path(__file__).parent / "report_checks.js"
+
+
+def render(page, tmp_path, checks=False):
+    """The DOM after the page's scripts ran, and what the console said; with ``checks``, what the checker found."""
     assert CHROMIUM is not None, "chromium is required here (apt-get install chromium)"
+    if checks:
+        checked = page.with_name("checked.html")
+        head, _, tail = page.read_text().rpartition("</body>")  # the page's own (Vega's code holds the word too)
+        checked.write_text(f"{head}<script>{CHECKS.read_text()}</script></body>{tail}")
+        page = checked
     proc = subprocess.run(
         [
             CHROMIUM,
@@ -37,17 +48,23 @@ def render(page, tmp_path):
             f"--user-data-dir={tmp_path / 'profile'}",
             "--host-resolver-rules=MAP * ~NOTFOUND",
             "--proxy-server=127.0.0.1:9",  # the network is off
+            "--window-size=1400,1000",
             "--enable-logging=stderr",
             "--v=0",
-            "--virtual-time-budget=10000",
+            "--virtual-time-budget=20000",
             "--dump-dom",
             page.as_uri(),
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
     )
-    return proc.stdout, [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
+    if not checks:
+        return proc.stdout, console
+    found = re.findall(r'<pre id="checks">(\{.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stdout[-2000:] + "\n".join(console)
+    return json.loads(html_lib.unescape(found[-1])), console
 
 
 def test_report_renders_offline_and_answers_stay_text(spec_file, tmp_path):
@@ -58,16 +75,31 @@ def test_report_renders_offline_and_answers_stay_text(spec_file, tmp_path):
     page = build_report([Run(run)])
     source = page.read_text()
     assert XSS not in source and TITLE_XSS not in source  # the answers are in the page only as escaped data
-    assert "<\\/script><script>alert(1)<\\/script>" in source
+    assert "\\u003c/script>\\u003cscript>alert(1)\\u003c/script>" in source
+    assert source.count("<title>") == 1
     dom, console = render(page, tmp_path)
-    assert "<title>small</title>" in dom and "PWNED" not in dom.split("<body>")[0]  # no injected script ran
-    assert dom.count('class="marks"') == 1  # the whole report is one rendered Vega view
-    for title in (
-        "pass rate by depth and context length",
-        "every answer",
-        "Pass rate by context length",
-        "Cost per model",
-    ):
-        assert title in dom, title
-    assert "Summary" in dom and "every depth passes up to 400 tokens" in dom
+    assert "PWNED" not in dom.split("<body>")[0]  # no injected script ran
+    assert not [line for line in console if "rror" in line or "Uncaught" in line], console
+
+
+@pytest.mark.parametrize("runs", [1, 2], ids=["one run", "two runs compared"])
+def test_what_a_reader_sees(spec_file, tmp_path, runs):
+    """Header and summary on the first screen, every chart with a legend inside the window, no tick labels over
+    each other, a click on a heatmap cell lists its cells with the needle highlighted, no network request, a clean
+    console; and a title full of what breaks pages shows as text."""
+    dirs = [scored_run(spec_file, tmp_path / str(i))[0] for i in range(runs)]
+    hostile = "Needles `in` ${haystacks} </title><b>bold</b> & \\u2028 'q' \"qq\" </script>"
+    spec = (dirs[0] / "spec.yaml").read_text() + f"report: {{title: {json.dumps(hostile)}}}\n"
+    (dirs[0] / "spec.yaml").write_text(spec)
+    page = build_report([Run(d) for d in dirs], tmp_path / "report")
+    found, console = render(page, tmp_path, checks=True)
+    assert found["problems"] == [], found
+    facts = found["facts"]
+    assert facts["title"] == hostile and facts["titles"] == 1  # the title as text, once
+    assert facts["drawn"] >= 4 and facts["failed"] == 0
+    assert facts["summaryRows"] == runs
+    assert facts["length:legends"] == 1
+    assert facts["listed"] >= 1 and facts["needle"] and facts["needle"].startswith("The special magic")
+    assert facts["form"]["length"] == str(facts["clicked"]["length"])
+    assert facts["resources"] == []  # nothing fetched: everything is in the page
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console

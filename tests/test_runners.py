@@ -456,7 +456,8 @@ def test_run_end_to_end_with_report(emulator, tmp_path, cli):
         "heatmap-anthropic-claude-haiku-4-5.png",
         "heatmap-openai-gpt-4-1-mini.png",
         "length.png",
-        "negatives.png",
+        "negatives-anthropic-claude-haiku-4-5.png",
+        "negatives-openai-gpt-4-1-mini.png",
     ]
     assert "<script src=" not in (report / "index.html").read_text()  # Vega inlined: works offline
     assert_run_valid(run)

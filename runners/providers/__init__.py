@@ -26,7 +26,7 @@ from nspec.errors import (
     ServerError,
     UserError,
 )
-from nspec.providers import SDK_RETRIES_ENV, Credentials, Outcome, RateHeaders
+from nspec.providers import SDK_RETRIES_ENV, Credentials, Outcome, RateHeaders, message_text
 
 
 class BaseProvider:
@@ -93,8 +93,27 @@ class BaseProvider:
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return dict(params)
 
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        return "\n\n".join(_strings(line))  # whatever the format, the prompt is among its texts
+
     def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders:
         return RateHeaders((None, None), (None, None))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def chat_text(messages: Any) -> str:
+    """The texts of chat messages (OpenAI's and Anthropic's shape), in order."""
+    return "\n\n".join(message_text(m.get("content")) for m in messages or [] if isinstance(m, Mapping))
 
 
 def sdk(package: str, provider: str, install_hint: str | None = None) -> Any:

@@ -21,6 +21,7 @@ from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits
 from nspec.runners.providers import (
     BaseProvider,
+    chat_text,
     connection_error,
     request_failure,
     sdk,
@@ -103,6 +104,12 @@ class Anthropic(BaseProvider):
 
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
+
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        params = line["params"]
+        system = params.get("system")
+        head = [system if isinstance(system, str) else chat_text([{"content": system}])] if system else []
+        return "\n\n".join([*head, chat_text(params["messages"])])
 
     def batches(self, creds: Credentials) -> AnthropicBatches:
         return AnthropicBatches(creds)

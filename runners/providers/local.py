@@ -345,6 +345,9 @@ class Local(BaseProvider):
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
 
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        return COMPATIBLE.prompt_text(line)
+
     def batches(self, creds: Credentials) -> Any:
         raise UserError("local models run on this machine, from the request files: they have no batch API")
 

@@ -23,6 +23,7 @@ from nspec.errors import NspecError
 from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits
 from nspec.runners.providers import (
     BaseProvider,
+    chat_text,
     connection_error,
     request_failure,
     sdk,
@@ -124,6 +125,9 @@ class OpenAI(BaseProvider):
 
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
+
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        return chat_text(line["body"]["messages"])
 
     def batches(self, creds: Credentials) -> OpenAIBatches:
         return OpenAIBatches(self.name, creds)
