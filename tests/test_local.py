@@ -160,23 +160,33 @@ def test_a_killed_local_run_resumes_where_it_stopped(tmp_path):
             assert cell["expected"][0] in found[cell["cell_id"]]
 
 
-def test_quickstart_end_to_end(tmp_path, cli):
-    """The README's first command, in-process: a real model's answers and the full report."""
-    result = cli("run", str(ROOT / "specs" / "quickstart.yaml"), "--wait", "--out", str(tmp_path))
+@pytest.mark.parametrize(
+    "lengths",
+    [pytest.param("[1000]", id="its shortest length"), pytest.param(None, id="whole", marks=pytest.mark.slow)],
+)
+def test_quickstart_end_to_end(tmp_path, cli, lengths):
+    """The README's first command, in-process: a real model's answers and the full report. The default run asks
+    the quickstart at its shortest length (a tenth of the tokens); the whole grid runs under `-m slow`."""
+    spec = ROOT / "specs" / "quickstart.yaml"
+    if lengths is not None:
+        text = spec.read_text().replace("context_lengths: [1000, 2000, 4000]", f"context_lengths: {lengths}")
+        spec = tmp_path / "quickstart.yaml"
+        spec.write_text(text)
+    result = cli("run", str(spec), "--wait", "--out", str(tmp_path / "out"))
     assert result.code == 0, result.err
     report = Path(result.out.strip().splitlines()[-1].removeprefix("report: "))
     assert report.name == "index.html" and report.is_file()
     run = report.parent.parent
     cells = {c["cell_id"]: c for c in lines(run / "cells.jsonl")}
     answers = lines(run / "answers" / "results.jsonl")
-    assert len(cells) == len(answers) == 12
+    assert len(cells) == len(answers) == (4 if lengths else 12)
     for answer in answers:  # counted exactly: the engine saw as many prompt tokens as compiled
         cell = cells[answer["cell_id"]]
         assert cell["tokens_exact"] and answer["usage"]["input_tokens"] == cell["context_length"]["prompt"]
         assert cell["context_length"]["prompt"] + 16 <= cell["context_length"]["target"]
     scores = lines(run / "scores.jsonl")
     needles = [s for s in scores if not cells[s["cell_id"]]["negative"]]
-    assert sum(s["verdict"] == "pass" for s in needles) >= 8  # 9 of 9 on the reference machine
+    assert sum(s["verdict"] == "pass" for s in needles) >= len(needles) - 1  # all of them on the reference machine
     summary = (report.parent / "summary.csv").read_text()
     assert "local/gemma-3-270m" in summary
     assert_run_valid(run)  # a real model's run meets the run-directory contract
