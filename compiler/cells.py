@@ -409,6 +409,6 @@ class CellMaker:
             "haystack_uses": uses,
         }
         request = model.api.request_line(
-            model.name, cid, parts.system, built.user, parts.prefill, model.params, reserve
+            model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
         )
         return Cell(record, request, model)

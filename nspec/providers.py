@@ -196,7 +196,7 @@ class Provider(Protocol):
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer: ...
     def request_line(
         self,
-        model: str,
+        entry: Mapping[str, Any],
         custom_id: str,
         system: str | None,
         user: str,
@@ -204,7 +204,9 @@ class Provider(Protocol):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        """The batch input line of one request: exactly what is uploaded (and what a live call sends)."""
+        """The batch input line of one request to the model of ``entry`` (its entry in the resolved spec: the id,
+        and settings such as `endpoint`), with ``params`` (the entry's, or a judge's) and an answer budget of
+        ``max_tokens`` unless the params set one: exactly what is uploaded (and what a live call sends)."""
         ...
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
@@ -228,6 +230,11 @@ class Provider(Protocol):
     def batches(self, creds: Credentials) -> BatchClient: ...
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> LiveClient: ...
     def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders: ...
+
+
+def model_name(entry: Mapping[str, Any]) -> str:
+    """The model's name at its provider: the id without its `provider/` prefix."""
+    return str(entry["id"]).split("/", 1)[1]
 
 
 def message_text(content: Any) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nspec.errors import UserError
-from nspec.providers import Credentials, Outcome, ShardLimits
+from nspec.providers import Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import BaseProvider, connection_error, request_failure, status_error
 
 
@@ -84,9 +84,10 @@ class Toy(BaseProvider):
     def shard_limits(self) -> ShardLimits:
         return ShardLimits(10_000, 1 << 24)
 
-    def request_line(self, model, custom_id, system, user, prefill, params, max_tokens):
+    def request_line(self, entry, custom_id, system, user, prefill, params, max_tokens):
         prompt = "\\n\\n".join(part for part in (system, user, prefill) if part)
-        return {"custom_id": custom_id, "body": {"model": model, "prompt": prompt, "max_tokens": max_tokens, **params}}
+        body = {"model": model_name(entry), "prompt": prompt, "max_tokens": max_tokens, **params}
+        return {"custom_id": custom_id, "body": body}
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         return count(line["body"]["prompt"]) + line["body"]["max_tokens"]

@@ -108,6 +108,91 @@ def openai_completion(body: dict[str, Any], responder: Responder, key: str, crea
     }
 
 
+def _input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses API request's `input` as chat messages (a string is one user message)."""
+    given = body.get("input")
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    return [
+        {"role": item.get("role", "user"), "content": _input_text(item.get("content"))}
+        for item in given or []
+        if isinstance(item, dict) and item.get("type", "message") == "message"
+    ]
+
+
+def _input_text(content: Any) -> str:
+    if isinstance(content, list):  # [{"type": "input_text", "text": ...}]
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return message_text(content)
+
+
+def openai_response(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
+    """A Response object (the Responses API) for a request body (validated by the caller)."""
+    messages = _input_messages(body)
+    instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else None
+    system = "\n".join(
+        [
+            *([instructions] if instructions else []),
+            *(m["content"] for m in messages if m["role"] in ("system", "developer")),
+        ]
+    )
+    turns = [m for m in messages if m["role"] not in ("system", "developer")]
+    limit = int(body.get("max_output_tokens") or DEFAULT_OPENAI_MAX_TOKENS)
+    reply = responder.answer(system or None, turns, key, limit, str(body.get("model", "")))
+    given = body.get("text")
+    text_config: dict[str, Any] = given if isinstance(given, dict) else {}
+    fmt = text_config.get("format") if isinstance(text_config.get("format"), dict) else None
+    structured = fmt is not None and fmt.get("type") == "json_schema"
+    response_format = {"type": "json_schema", "json_schema": fmt} if structured else None
+    refusal = reply.text if reply.refused and structured else None
+    shaped = "" if refusal else _structured(reply.text, response_format)
+    text, cut = _clip(shaped, limit)
+    cut = cut or (structured and not refusal and not _is_json(text))
+    part: dict[str, Any] = (
+        {"type": "refusal", "refusal": refusal} if refusal else {"type": "output_text", "text": text, "annotations": []}
+    )
+    prompt = _prompt_tokens(instructions, messages)
+    completion = count_tokens(refusal or text)
+    return {
+        "id": "resp_" + secrets.token_hex(12),
+        "object": "response",
+        "created_at": created,
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "error": None,
+        "model": body["model"],
+        "instructions": instructions,
+        "max_output_tokens": body.get("max_output_tokens"),
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_" + secrets.token_hex(12),
+                "status": "incomplete" if cut else "completed",
+                "role": "assistant",
+                "content": [part],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "reasoning": body.get("reasoning"),
+        "text": {
+            "format": fmt or {"type": "text"},
+            **({"verbosity": text_config["verbosity"]} if "verbosity" in text_config else {}),
+        },
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        },
+        "service_tier": "default",
+    }
+
+
 def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> dict[str, Any]:
     """A Message object for an Anthropic Messages request body (validated by the caller). A final assistant
     message is a prefill: the reply continues it and does not repeat it."""

@@ -2,7 +2,8 @@
 `model_not_found`; Anthropic: 404 `not_found_error`), live and inside batches, so a misspelt model fails the
 rehearsal rather than the overnight run.
 
-The names: those nspec's price table lists, other current chat models of each provider, and their dated snapshots
+The names: the models the provider's own SDK lists in its types (`openai.types.ChatModel`, `anthropic.types.Model`),
+those nspec's price table lists, a few older ones still served, and the dated snapshots of each
 (`claude-haiku-4-5-20251001`, `gpt-4.1-mini-2025-04-14`); the config's `models` adds names (an OpenAI-compatible
 server's own)."""
 
@@ -10,15 +11,16 @@ from __future__ import annotations
 
 import functools
 import re
+import typing
 from typing import Any
 
 from nspec.compiler.prices import price_table
 
-# Chat models the providers serve that the price table does not list.
+# Chat models the providers still serve that neither their SDK's types nor the price table list.
 _MORE = {
-    "openai": ("gpt-4", "gpt-4-turbo", "gpt-3.5-turbo", "o1", "o1-mini", "o3-mini", "o3-pro", "chatgpt-4o-latest"),
+    "openai": ("o3-pro", "gpt-4.5-preview"),
     "anthropic": (
-        "claude-opus-4-5",
+        "claude-opus-4-1",
         "claude-opus-4",
         "claude-sonnet-4",
         "claude-3-7-sonnet-latest",
@@ -30,10 +32,28 @@ _MORE = {
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
+def _literals(kind: Any) -> list[str]:
+    """The string literals inside a type (a Literal, or a Union holding one)."""
+    args = typing.get_args(kind)
+    if all(isinstance(a, str) for a in args):
+        return list(args)
+    return [name for arg in args for name in _literals(arg)]
+
+
+def _sdk_models(provider: str) -> list[str]:
+    if provider == "openai":
+        import openai.types
+
+        return _literals(openai.types.ChatModel)
+    import anthropic.types
+
+    return _literals(anthropic.types.Model)
+
+
 @functools.cache
 def _catalog(provider: str) -> frozenset[str]:
     listed = [name.split("/", 1)[1] for name in price_table()["models"] if name.startswith(provider + "/")]
-    return frozenset((*listed, *_MORE[provider]))
+    return frozenset((*listed, *_sdk_models(provider), *_MORE[provider]))
 
 
 def served(provider: str, model: str, extra: list[str]) -> bool:

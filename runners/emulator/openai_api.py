@@ -13,8 +13,9 @@ from starlette.routing import Route, Router
 
 from nspec.runners.emulator import openai_batches
 from nspec.runners.emulator.app import Api, ApiError, Dropped, limit_param
-from nspec.runners.emulator.generation import count_tokens, openai_completion
+from nspec.runners.emulator.generation import count_tokens, openai_completion, openai_response
 from nspec.runners.emulator.models import openai_refusal
+from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
 
 
 def router(api: Api) -> Router:
@@ -74,7 +75,7 @@ def router(api: Api) -> Router:
             raise ApiError(
                 400,
                 "invalid_request_error",
-                f"Invalid endpoint {body['endpoint']!r}; this emulator supports /v1/chat/completions.",
+                f"Invalid endpoint {body['endpoint']!r}; supported: {', '.join(openai_batches.ENDPOINTS)}.",
                 "endpoint",
             )
         if body["completion_window"] != "24h":
@@ -156,9 +157,7 @@ def router(api: Api) -> Router:
             raise ApiError(400, "invalid_request_error", "Missing required parameter: 'messages'.", "messages")
         if body.get("stream"):
             raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
-        if not api.serves("openai", body["model"]):
-            error = openai_refusal(body["model"])["error"]
-            raise ApiError(404, error["type"], error["message"], code=error["code"])
+        check_model_and_params(body, CHAT)
         limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
         prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
         headers = api.live_limit("openai", body, prompt, int(limit))
@@ -167,6 +166,33 @@ def router(api: Api) -> Router:
         emu.answered["openai"] += 1
         return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
-    routes.append(chat)
+    @api.route("openai", "POST", "/v1/responses", live=True)
+    async def responses(request: Request) -> Response:
+        body = await api.json_body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            raise ApiError(400, "invalid_request_error", "Missing required parameter: 'model'.", "model")
+        if not isinstance(body.get("input"), str | list):
+            raise ApiError(400, "invalid_request_error", "Missing required parameter: 'input'.", "input")
+        if body.get("stream"):
+            raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
+        check_model_and_params(body, RESPONSES)
+        prompt = count_tokens(json.dumps([body.get("instructions"), body["input"]]))
+        headers = api.live_limit("openai", body, prompt, int(body.get("max_output_tokens") or 0))
+        await asyncio.sleep(config.timing.live_latency_seconds)
+        response = openai_response(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        emu.answered["openai"] += 1
+        return JSONResponse(response, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
+
+    def check_model_and_params(body: dict[str, Any], endpoint: str) -> None:
+        """What OpenAI refuses before answering: a model it does not have (404), a parameter the model's family
+        does not take (400, the first one, as the API names one at a time)."""
+        if not api.serves("openai", body["model"]):
+            error = openai_refusal(body["model"])["error"]
+            raise ApiError(404, error["type"], error["message"], code=error["code"])
+        refused = refusals(body, endpoint)
+        if refused:
+            raise ApiError(400, "invalid_request_error", refused[0].message, refused[0].param, refused[0].code)
+
+    routes += [chat, responses]
 
     return Router(routes=routes)

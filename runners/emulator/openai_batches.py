@@ -15,12 +15,13 @@ import secrets
 from typing import Any
 
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
-from nspec.runners.emulator.generation import openai_completion
+from nspec.runners.emulator.generation import openai_completion, openai_response
 from nspec.runners.emulator.models import openai_refusal, served
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
+from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
 
-ENDPOINTS = ("/v1/chat/completions",)
+ENDPOINTS = (CHAT, RESPONSES)
 
 
 def validate_input(
@@ -69,12 +70,13 @@ def validate_input(
             error("invalid_url", f"The url must match the batch endpoint {endpoint}.", number, "url")
             continue
         body = obj.get("body")
+        needed = "input" if endpoint == RESPONSES else "messages"
         if (
             not isinstance(body, dict)
             or not isinstance(body.get("model"), str)
-            or not isinstance(body.get("messages"), list)
+            or not isinstance(body.get(needed), list | str if endpoint == RESPONSES else list)
         ):
-            error("invalid_request", "The body must have a model and messages.", number, "body")
+            error("invalid_request", f"The body must have a model and {needed}.", number, "body")
             continue
         models.add(body["model"])
         if len(models) > 1:
@@ -289,14 +291,32 @@ def _write_results(
             }
             error_lines.append({**line, "response": response, "error": None})
             failed += 1
+        elif refused := refusals(request["body"], batch["endpoint"]):
+            # A parameter the model does not take fails its line (status 400), as the live call would.
+            body = {
+                "error": {
+                    "message": refused[0].message,
+                    "type": "invalid_request_error",
+                    "param": refused[0].param,
+                    "code": refused[0].code,
+                }
+            }
+            response = {"status_code": 400, "request_id": secrets.token_hex(16), "body": body}
+            error_lines.append({**line, "response": response, "error": None})
+            failed += 1
         else:
-            completion = openai_completion(request["body"], responder, "batch:" + custom_id, end)
-            usage["input_tokens"] += completion["usage"]["prompt_tokens"]
-            usage["output_tokens"] += completion["usage"]["completion_tokens"]
+            if batch["endpoint"] == RESPONSES:
+                answer = openai_response(request["body"], responder, "batch:" + custom_id, end)
+                tokens = answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]
+            else:
+                answer = openai_completion(request["body"], responder, "batch:" + custom_id, end)
+                tokens = answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]
+            usage["input_tokens"] += tokens[0]
+            usage["output_tokens"] += tokens[1]
             ok_lines.append(
                 {
                     **line,
-                    "response": {"status_code": 200, "request_id": secrets.token_hex(16), "body": completion},
+                    "response": {"status_code": 200, "request_id": secrets.token_hex(16), "body": answer},
                     "error": None,
                 }
             )

@@ -93,7 +93,7 @@ def judge_request(model: Model, rubric: str, cell: Mapping[str, Any], answer: st
         needle_text(cell),
     )
     params = model.api.structured_output(model.params, "verdict", verdict_schema(rubric))
-    return model.api.request_line(model.name, custom_id, system, user, None, params, JUDGE_MAX_TOKENS)
+    return model.api.request_line(model.entry, custom_id, system, user, None, params, JUDGE_MAX_TOKENS)
 
 
 def verdict_schema(rubric: str) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def vet(
             for t in range(trials):
                 cid = f"vet-{len(requests)}"
                 line = model.api.request_line(
-                    model.name,
+                    model.entry,
                     cid,
                     system,
                     user,

@@ -40,6 +40,7 @@ class BaseProvider:
     own_tokenizer = False
     default_concurrency = 8  # live calls at once, unless the model's rate_limits say
     optional_batch = False  # whether a model entry's `batch_api` says if its server has a batch API
+    endpoints: tuple[str, ...] = ()  # the values a model entry's `endpoint` may take
     priced = True  # whether the shipped price table lists its models (a self-hosted server's cannot be)
 
     official_hosts: tuple[str, ...] = ()
@@ -68,9 +69,12 @@ class BaseProvider:
         return f"estimated ({counter.name}, margin {counter.margin:.0%})"
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        issues: list[tuple[tuple[str | int, ...], str]] = []
         if "batch_api" in entry and not self.optional_batch:
-            return [(("batch_api",), f"`batch_api` does not apply to {self.name} models")]
-        return []
+            issues.append((("batch_api",), f"`batch_api` does not apply to {self.name} models"))
+        if "endpoint" in entry and entry["endpoint"] not in self.endpoints:
+            issues.append((("endpoint",), f"`endpoint: {entry['endpoint']}` does not apply to {self.name} models"))
+        return issues
 
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return True

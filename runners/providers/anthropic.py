@@ -18,7 +18,7 @@ from typing import Any
 
 from nspec import jsonl
 from nspec.errors import NspecError
-from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits
+from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
     chat_text,
@@ -79,7 +79,7 @@ class Anthropic(BaseProvider):
 
     def request_line(
         self,
-        model: str,
+        entry: Mapping[str, Any],
         custom_id: str,
         system: str | None,
         user: str,
@@ -87,7 +87,7 @@ class Anthropic(BaseProvider):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+        body: dict[str, Any] = {"model": model_name(entry), "max_tokens": max_tokens}
         if system is not None:
             body["system"] = system
         messages = [{"role": "user", "content": user}]

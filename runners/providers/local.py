@@ -329,7 +329,7 @@ class Local(BaseProvider):
 
     def request_line(
         self,
-        model: str,
+        entry: Mapping[str, Any],
         custom_id: str,
         system: str | None,
         user: str,
@@ -337,7 +337,7 @@ class Local(BaseProvider):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        return COMPATIBLE.request_line(model, custom_id, system, user, prefill, params, max_tokens)
+        return COMPATIBLE.request_line(entry, custom_id, system, user, prefill, params, max_tokens)
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         return COMPATIBLE.request_size(line, count)

@@ -1,12 +1,19 @@
 """OpenAI, and servers that speak its API (vLLM, llama.cpp, LM Studio...): `openai/<model>` and
 `openai-compatible/<model>`.
 
-- Requests: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {model, messages, ...params}}``,
-  at most 50,000 lines and 200 MB per file. OpenAI's own API takes `max_completion_tokens` (its reasoning models
-  refuse `max_tokens`); servers that speak its format take `max_tokens`.
-- Batches: upload the file, create the batch with the run's metadata (so an interrupted create is found again),
-  poll, download the output and error files. An OpenAI-compatible server has a batch API only with `batch_api: true`.
-- Tokens: tiktoken's `o200k_base` for gpt-4o, 4.1, 4.5, 5 and the o-series, `cl100k_base` for gpt-4 and 3.5, exact.
+- Requests: ``{"custom_id", "method": "POST", "url", "body"}`` for the chat completions endpoint
+  (``{model, messages, ...}``, the default) or the Responses API (`endpoint: responses`: ``{model, instructions,
+  input, ...}``), at most 50,000 lines and 200 MB per file. A spec's chat-style parameters are given to the endpoint
+  in its own names: the answer budget (`max_tokens`) as `max_completion_tokens` (chat; OpenAI's reasoning models
+  refuse `max_tokens`) or `max_output_tokens` (responses), `reasoning_effort` and `verbosity` as `reasoning.effort`
+  and `text.verbosity` for responses. A parameter set to null is left out (to undo one a `defaults:` gives). What a
+  model family refuses (`openai_models`) is a `validate` error naming the parameter. Servers that speak OpenAI's
+  format take `max_tokens`.
+- Batches: upload the file, create the batch on the shard's endpoint with the run's metadata (so an interrupted
+  create is found again), poll, download the output and error files. An OpenAI-compatible server has a batch API
+  only with `batch_api: true`.
+- Tokens: tiktoken's `o200k_base` for gpt-4o, 4.1, 4.5, 5 and 5.x and the o-series, `cl100k_base` for gpt-4 and
+  3.5, exact; a model of another family (one newer than nspec) is counted by the o200k proxy with its margin.
 - Rate limits: `x-ratelimit-{limit,remaining}-{requests,tokens}`.
 """
 
@@ -20,7 +27,7 @@ from typing import Any
 
 from nspec.compiler.tokenizers import Tokenizer, encoding
 from nspec.errors import NspecError
-from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits
+from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
     chat_text,
@@ -32,11 +39,12 @@ from nspec.runners.providers import (
     status_error,
     stream_lines,
 )
+from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
 
-URL = "/v1/chat/completions"
-# Model families on cl100k_base; every other OpenAI model uses o200k_base.
-_CL100K = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
-_O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
+# The model families whose tokenizer is known: o200k_base (checked first), then cl100k_base.
+_O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "codex-mini")
+_CL100K = ("gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
+ENDPOINTS = {"chat": CHAT, "responses": RESPONSES}
 
 
 def parse_result(line: Mapping[str, Any]) -> Outcome:
@@ -62,6 +70,8 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
                 "message": err.get("message"),
             },
         )
+    if body.get("object") == "response":
+        return _response_outcome(custom_id, body)
     choice = body["choices"][0]
     usage = body.get("usage") or {}
     message = choice["message"]
@@ -75,6 +85,51 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     )
 
 
+def _response_outcome(custom_id: str, body: Mapping[str, Any]) -> Outcome:
+    """A Responses API response: the text of its output messages (or a refusal's), `length` when it stopped at
+    max_output_tokens; a response that failed is an error."""
+    usage = body.get("usage") or {}
+    if body.get("status") == "failed":
+        error = body.get("error") or {}
+        return Outcome(custom_id, "error", error={"code": error.get("code"), "message": error.get("message")})
+    parts = [
+        part.get("text") or part.get("refusal") or ""
+        for item in body.get("output") or []
+        if item.get("type") == "message"
+        for part in item.get("content") or []
+        if part.get("type") in ("output_text", "refusal")
+    ]
+    incomplete = (body.get("incomplete_details") or {}).get("reason")
+    finish = "length" if incomplete == "max_output_tokens" else incomplete or "stop"
+    return Outcome(custom_id, "ok", "".join(parts), finish, usage.get("input_tokens", 0), usage.get("output_tokens", 0))
+
+
+# Where a spec's chat-style parameter lands in a Responses API request.
+_SPEC_NAMES = {
+    "max_tokens": ("max_tokens", "max_output_tokens", "max_completion_tokens"),
+    "reasoning_effort": ("reasoning_effort", "reasoning"),
+    "verbosity": ("verbosity", "text"),
+    "response_format": ("response_format", "text"),
+}
+
+
+def _responses_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Chat-style parameters in the Responses API's names: reasoning_effort → reasoning.effort, verbosity →
+    text.verbosity, a json_schema response_format → text.format; the rest as they are."""
+    out = dict(params)
+    if "reasoning_effort" in out:
+        out["reasoning"] = {**out.get("reasoning", {}), "effort": out.pop("reasoning_effort")}
+    text: dict[str, Any] = dict(out.pop("text", {}))
+    if "verbosity" in out:
+        text["verbosity"] = out.pop("verbosity")
+    response_format = out.pop("response_format", None)
+    if isinstance(response_format, Mapping) and response_format.get("type") == "json_schema":
+        text["format"] = {"type": "json_schema", **response_format["json_schema"]}
+    if text:
+        out["text"] = text
+    return out
+
+
 class OpenAI(BaseProvider):
     name = "openai"
     request_format = OPENAI_CHAT
@@ -85,6 +140,7 @@ class OpenAI(BaseProvider):
     official_base_url: str | None = "https://api.openai.com/v1"
     token_counts = "exact (tiktoken: o200k_base; cl100k_base for gpt-4 and gpt-3.5)"
     limit_key = "max_completion_tokens"
+    endpoints = tuple(ENDPOINTS)
 
     def shard_limits(self) -> ShardLimits:
         return ShardLimits(50_000, 200 * 1000 * 1000)
@@ -92,11 +148,35 @@ class OpenAI(BaseProvider):
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
         if setting is not None:
             return super().tokenizer(model, setting)
-        return encoding("cl100k_base" if model.startswith(_CL100K) and not model.startswith(_O200K) else "o200k_base")
+        if model.startswith(_O200K):
+            return encoding("o200k_base")
+        if model.startswith(_CL100K):
+            return encoding("cl100k_base")
+        return super().tokenizer(model, None)  # a family nspec does not know: counted by the proxy, and said so
+
+    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        issues = super().model_issues(entry)
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        line = self.request_line(entry, "check", None, "", None, params, 1)
+        for refusal in refusals(line["body"], line["url"]):
+            where = refusal.param.split(".", 1)[0]
+            key = next((k for k, v in _SPEC_NAMES.items() if where in v and k in params), where)
+            issues.append(
+                (
+                    ("params", key) if key in params else ("params",),
+                    f"{entry['id']} refuses this: {refusal.message} (OpenAI: {refusal.code}); change it, or leave "
+                    f"it out for this model with `{key}: null` in the model's own params",
+                )
+            )
+        return issues
+
+    def endpoint(self, entry: Mapping[str, Any]) -> str:
+        return ENDPOINTS[str(entry.get("endpoint", "chat"))]
 
     def request_line(
         self,
-        model: str,
+        entry: Mapping[str, Any],
         custom_id: str,
         system: str | None,
         user: str,
@@ -104,20 +184,35 @@ class OpenAI(BaseProvider):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        messages = [] if system is None else [{"role": "system", "content": system}]
-        messages.append({"role": "user", "content": user})
-        if prefill is not None:
-            messages.append({"role": "assistant", "content": prefill})
-        body: dict[str, Any] = {"model": model, "messages": messages}
-        if "max_tokens" not in params and "max_completion_tokens" not in params:
-            body[self.limit_key] = max_tokens
-        body.update(params)
-        return {"custom_id": custom_id, "method": "POST", "url": URL, "body": body}
+        given = {k: v for k, v in params.items() if v is not None}  # null: leave it out
+        limit = given.pop("max_tokens", None) or given.pop("max_completion_tokens", None) or max_tokens
+        given.pop("max_completion_tokens", None)
+        endpoint = self.endpoint(entry)
+        body: dict[str, Any] = {"model": model_name(entry)}
+        if endpoint == RESPONSES:
+            if system is not None:
+                body["instructions"] = system
+            turns = [{"role": "user", "content": user}]
+            if prefill is not None:
+                turns.append({"role": "assistant", "content": prefill})
+            body["input"] = turns
+            body["max_output_tokens"] = limit
+            body.update(_responses_params(given))
+        else:
+            messages = [] if system is None else [{"role": "system", "content": system}]
+            messages.append({"role": "user", "content": user})
+            if prefill is not None:
+                messages.append({"role": "assistant", "content": prefill})
+            body["messages"] = messages
+            body[self.limit_key] = limit
+            body.update(given)
+        return {"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body}
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         body = line["body"]
-        budget = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-        return count(json.dumps(body["messages"], ensure_ascii=False)) + int(budget)
+        budget = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens") or 0
+        texts = json.dumps([body.get("instructions"), body.get("messages"), body.get("input")], ensure_ascii=False)
+        return count(texts) + int(budget)
 
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         response_format = {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
@@ -127,7 +222,11 @@ class OpenAI(BaseProvider):
         return parse_result(line)
 
     def prompt_text(self, line: Mapping[str, Any]) -> str:
-        return chat_text(line["body"]["messages"])
+        body = line["body"]
+        if "input" in body:
+            head = [body["instructions"]] if body.get("instructions") else []
+            return "\n\n".join([*head, chat_text(body["input"])])
+        return chat_text(body["messages"])
 
     def batches(self, creds: Credentials) -> OpenAIBatches:
         return OpenAIBatches(self.name, creds)
@@ -155,7 +254,7 @@ class OpenAICompatible(OpenAI):
     priced = False
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-        issues = super().model_issues(entry)
+        issues = BaseProvider.model_issues(self, entry)  # the server's models, not OpenAI's: its own rules
         if "base_url" not in entry:
             issues.append(((), "an openai-compatible model needs `base_url`"))
         if entry.get("mode") == "batch" and entry.get("batch_api") is not True:
@@ -220,11 +319,13 @@ class OpenAIBatches:
             return str(self._call("batch files", self.client.files.create, file=(shard.name, fh), purpose="batch").id)
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
+        with open(shard, "rb") as fh:
+            endpoint = json.loads(fh.readline())["url"]  # a shard holds one model's lines, all to one endpoint
         batch = self._call(
             "batches",
             self.client.batches.create,
             input_file_id=file_id,
-            endpoint=URL,
+            endpoint=endpoint,
             completion_window="24h",
             metadata=metadata,
         )
@@ -273,9 +374,9 @@ class OpenAILive:
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
         body = line["body"]
-        create = self.client.chat.completions.create
+        api = self.client.responses if line.get("url") == RESPONSES else self.client.chat.completions
         try:
-            raw = await self.client.chat.completions.with_raw_response.create(**sdk_kwargs(create, body))
+            raw = await api.with_raw_response.create(**sdk_kwargs(api.create, body))
             parsed = raw.parse()
             completion = (await parsed if hasattr(parsed, "__await__") else parsed).model_dump(mode="json")
         except Exception as exc:
