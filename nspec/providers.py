@@ -232,6 +232,15 @@ class Provider(Protocol):
     def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders: ...
 
 
+def request_id(line: Mapping[str, Any]) -> str:
+    """The id of a request line, whatever its format: `custom_id` (OpenAI's, Anthropic's, Mistral's) or `key`
+    (Gemini's). It is the cell's id."""
+    found = line.get("custom_id", line.get("key"))
+    if not isinstance(found, str):
+        raise KeyError("custom_id")
+    return found
+
+
 def model_name(entry: Mapping[str, Any]) -> str:
     """The model's name at its provider: the id without its `provider/` prefix."""
     return str(entry["id"]).split("/", 1)[1]

@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 
 from nspec import jsonl
 from nspec.errors import RunBusy, UserError, writing
-from nspec.providers import Outcome
+from nspec.providers import Outcome, request_id
 from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard
 from nspec.rundir import RunPaths
 from nspec.runners.failpoints import failpoint
@@ -152,7 +152,7 @@ def _holder(fh: IO[str]) -> str:
 def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
     """(custom_id, raw line) of a request shard, streamed."""
     for request, line in jsonl.read_raw(path):
-        yield request["custom_id"], line
+        yield request_id(request), line
 
 
 def register_shards(run: Run, ledger: Ledger, stage: str, models: list[RunModel], state: str = "planned") -> None:

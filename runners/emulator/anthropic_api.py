@@ -13,9 +13,34 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
 from nspec.runners.emulator import anthropic_batches
-from nspec.runners.emulator.app import Api, ApiError, Dropped, limit_param
+from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param
 from nspec.runners.emulator.generation import anthropic_message, count_tokens
 from nspec.runners.emulator.models import anthropic_refusal
+
+
+def _authenticate(request: Request, expected: str | None) -> None:
+    auth = request.headers.get("authorization", "")
+    bearer = auth[7:] if auth.lower().startswith("bearer ") else ""
+    key = request.headers.get("x-api-key", "") or bearer  # the SDKs send either
+    if not key or (expected is not None and key != expected):
+        raise ApiError(401, "authentication_error", "invalid x-api-key")
+    if not request.headers.get("anthropic-version"):
+        raise ApiError(400, "invalid_request_error", "anthropic-version: header is required")
+
+
+def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    body = {"type": "error", "error": {"type": error.kind, "message": error.message}, "request_id": request_id}
+    return body, {"request-id": request_id}
+
+
+DIALECT = Dialect(
+    error_body=_error_body,
+    authenticate=_authenticate,
+    server_error=ApiError(500, "api_error", "The server had an error while processing your request."),
+    overloaded=ApiError(529, "overloaded_error", "Overloaded"),
+    rate_limited=lambda model, wait: ApiError(429, "rate_limit_error", "This request would exceed the rate limit."),
+    bad_json=ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request."),
+)
 
 
 def router(api: Api) -> Router:
@@ -31,7 +56,7 @@ def router(api: Api) -> Router:
 
     @api.route("anthropic", "POST", "/v1/messages", live=True)
     async def messages(request: Request) -> Response:
-        body = await api.json_body(request)
+        body = await api.json_body(request, "anthropic")
         check_message_params(body)
         if body.get("stream"):
             raise ApiError(400, "invalid_request_error", "This emulator does not stream.")
@@ -47,7 +72,7 @@ def router(api: Api) -> Router:
 
     @api.route("anthropic", "POST", "/v1/messages/count_tokens")
     async def count(request: Request) -> Response:
-        body = await api.json_body(request)
+        body = await api.json_body(request, "anthropic")
         if not isinstance(body, dict) or "messages" not in body or "model" not in body:
             raise ApiError(400, "invalid_request_error", "messages: Field required")
         system = body.get("system")

@@ -1,6 +1,7 @@
-"""The emulator's HTTP API: OpenAI's routes (base URL `http://HOST:PORT/v1`, `openai_api`) and Anthropic's (base
-URL `http://HOST:PORT`, `anthropic_api`), each a router of its own, sharing here the real authentication rules,
-error shapes, rate-limit headers, the model catalog and injected faults."""
+"""The emulator's HTTP API: OpenAI's routes (base URL `http://HOST:PORT/v1`, `openai_api`), Anthropic's (base URL
+`http://HOST:PORT`, `anthropic_api`) and Gemini's (base URL `http://HOST:PORT`, `google_api`), each a router of its
+own with its dialect (error shapes, keys, fault words), sharing here the route wrapper that authenticates, injects
+faults and counts, live rate limits, and the model catalog."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -42,6 +44,19 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """How one emulated API speaks where every route is alike: its error bodies, how it checks a key, and the words
+    of its server errors, overloads and rate limits. Each API's module defines its own (`DIALECT`)."""
+
+    error_body: Callable[[ApiError, str], tuple[dict[str, Any], dict[str, str]]]  # (error, request id) → body, headers
+    authenticate: Callable[[Request, str | None], None]  # raises ApiError
+    server_error: ApiError
+    overloaded: ApiError
+    rate_limited: Callable[[str, float], ApiError]  # (model, seconds to wait)
+    bad_json: ApiError
+
+
 class Emulation:
     """Everything the routes share: config, clock, store, responder, limiters and the fault dice."""
 
@@ -54,22 +69,16 @@ class Emulation:
         self.statuses: Counter[int] = Counter()  # responses served, by HTTP status (for tests and benchmarks)
         self.answered: Counter[str] = Counter()  # live answers given, per provider (a call made twice counts twice)
         now = self.clock.now()
-        self.limiters = {"openai": Limiter(config.rate_limits, now), "anthropic": Limiter(config.rate_limits, now)}
+        self.limiters = {
+            name: Limiter(config.rate_limits, now) for name in ("openai", "anthropic", "google", "mistral")
+        }
 
     def roll(self, rate: float) -> bool:
         return rate > 0 and self.rng.random() < rate
 
 
-def error_response(provider: str, error: ApiError) -> Response:
-    request_id = "req_" + secrets.token_hex(12)
-    if provider == "openai":
-        body: dict[str, Any] = {
-            "error": {"message": error.message, "type": error.kind, "param": error.param, "code": error.code}
-        }
-        headers = {"x-request-id": request_id}
-    else:
-        body = {"type": "error", "error": {"type": error.kind, "message": error.message}, "request_id": request_id}
-        headers = {"request-id": request_id}
+def error_response(dialect: Dialect, error: ApiError) -> Response:
+    body, headers = dialect.error_body(error, "req_" + secrets.token_hex(12))
     return JSONResponse(body, status_code=error.status, headers={**headers, **error.headers})
 
 
@@ -90,33 +99,28 @@ class Api:
     """What every route shares: authentication, injected faults and status counting around each handler (`route`),
     JSON bodies, live rate limits, and the model catalog."""
 
-    def __init__(self, emu: Emulation) -> None:
+    def __init__(self, emu: Emulation, dialects: dict[str, Dialect]) -> None:
         self.emu = emu
         self.config = emu.config
+        self.dialects = dialects
 
     def route(self, provider: str, method: str, path: str, live: bool = False) -> Callable[[Handler], Route]:
-        emu, config = self.emu, self.config
+        emu, config, dialect = self.emu, self.config, self.dialects[provider]
 
         def wrap(handler: Handler) -> Route:
             async def endpoint(request: Request) -> Response:
                 try:
-                    _authenticate(provider, request, config.api_key)
+                    dialect.authenticate(request, config.api_key)
                     if live:
                         if emu.roll(config.faults.server_error_rate):
-                            raise ApiError(
-                                500,
-                                "server_error" if provider == "openai" else "api_error",
-                                "The server had an error while processing your request.",
-                            )
+                            raise dialect.server_error
                         if emu.roll(config.faults.overloaded_rate):
-                            if provider == "openai":
-                                raise ApiError(503, "server_error", "The engine is currently overloaded.")
-                            raise ApiError(529, "overloaded_error", "Overloaded")
+                            raise dialect.overloaded
                     response = await handler(request)
                     if live and emu.roll(config.faults.drop_rate):
                         return Dropped(bytes(response.body), "application/json")
                 except ApiError as error:
-                    response = error_response(provider, error)
+                    response = error_response(dialect, error)
                 emu.statuses[response.status_code] += 1
                 return response
 
@@ -124,11 +128,11 @@ class Api:
 
         return wrap
 
-    async def json_body(self, request: Request) -> Any:
+    async def json_body(self, request: Request, provider: str = "openai") -> Any:
         try:
             return json.loads(await request.body())
         except json.JSONDecodeError:
-            raise ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request.") from None
+            raise self.dialects[provider].bad_json from None
 
     def serves(self, provider: str, model: str) -> bool:
         return served(provider, model, self.config.models)
@@ -139,55 +143,33 @@ class Api:
         decision = emu.limiters[provider].take(prompt_tokens + max_tokens, emu.clock.now(), provider)
         if not decision.allowed:
             wait = max(decision.retry_after, 0.001)
-            headers = {
-                **decision.headers,
-                "retry-after": str(max(1, round(wait))),
-                "retry-after-ms": str(max(1, round(wait * 1000))),
-            }
-            if provider == "openai":
-                raise ApiError(
-                    429,
-                    "requests",
-                    f"Rate limit reached for {body.get('model')}. Please try again in {wait:.3f}s.",
-                    code="rate_limit_exceeded",
-                    headers=headers,
-                )
-            raise ApiError(429, "rate_limit_error", "This request would exceed the rate limit.", headers=headers)
+            refused = self.dialects[provider].rate_limited(str(body.get("model")), wait)
+            refused.headers.update(
+                {
+                    **decision.headers,
+                    "retry-after": str(max(1, round(wait))),
+                    "retry-after-ms": str(max(1, round(wait * 1000))),
+                }
+            )
+            raise refused
         return decision.headers
 
 
 def build_app(emu: Emulation) -> Starlette:
-    """The emulator's app: OpenAI's routes and Anthropic's, each from its own router."""
-    from nspec.runners.emulator import anthropic_api, openai_api
+    """The emulator's app: each API's routes from its own router, in its own dialect."""
+    from nspec.runners.emulator import anthropic_api, google_api, openai_api
 
-    api = Api(emu)
+    modules = {"openai": openai_api, "anthropic": anthropic_api, "google": google_api}
+    api = Api(emu, {name: module.DIALECT for name, module in modules.items()})
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        provider = "anthropic" if request.url.path.startswith("/v1/messages") else "openai"
-        kind = "not_found_error" if provider == "anthropic" else "invalid_request_error"
-        return error_response(provider, ApiError(404, kind, f"Unknown route {request.method} {request.url.path}"))
+        path = request.url.path
+        name = "anthropic" if path.startswith("/v1/messages") else "google" if path.startswith("/google/") else "openai"
+        kind = {"anthropic": "not_found_error", "google": "NOT_FOUND"}.get(name, "invalid_request_error")
+        return error_response(api.dialects[name], ApiError(404, kind, f"Unknown route {request.method} {path}"))
 
-    routes = [*anthropic_api.router(api).routes, *openai_api.router(api).routes]
+    routes = [route for module in modules.values() for route in module.router(api).routes]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
-
-
-def _authenticate(provider: str, request: Request, expected: str | None) -> None:
-    auth = request.headers.get("authorization", "")
-    bearer = auth[7:] if auth.lower().startswith("bearer ") else ""
-    if provider == "openai":
-        if not bearer or (expected is not None and bearer != expected):
-            raise ApiError(
-                401,
-                "invalid_request_error",
-                "Incorrect API key provided." if bearer else "You didn't provide an API key.",
-                code="invalid_api_key",
-            )
-        return
-    key = request.headers.get("x-api-key", "") or bearer  # anthropic SDKs send either
-    if not key or (expected is not None and key != expected):
-        raise ApiError(401, "authentication_error", "invalid x-api-key")
-    if not request.headers.get("anthropic-version"):
-        raise ApiError(400, "invalid_request_error", "anthropic-version: header is required")
 
 
 def limit_param(value: str | None, default: int) -> int:

@@ -223,3 +223,54 @@ def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> d
             "service_tier": "batch" if key.startswith("batch:") else "standard",
         },
     }
+
+
+def counted_tokens(text: str) -> int:
+    """What the emulated Gemini and Claude count for a text: cl100k_base, on purpose not the o200k_base that nspec's
+    proxy counts with, so that a test can tell an estimated length from a calibrated one."""
+    return len(encoding("cl100k_base").encode(text))
+
+
+def google_prompt_tokens(request: dict[str, Any]) -> int:
+    """A generateContent request's prompt tokens: its texts, and 3 per content (the same in countTokens)."""
+    system = (request.get("systemInstruction") or {}).get("parts") or []
+    contents = request.get("contents") or []
+    texts = [p.get("text", "") for p in system] + [p.get("text", "") for c in contents for p in c.get("parts") or []]
+    return sum(counted_tokens(t) for t in texts) + 3 * (len(contents) + (1 if system else 0))
+
+
+def google_response(request: dict[str, Any], responder: Responder, key: str) -> dict[str, Any]:
+    """A GenerateContentResponse (REST JSON) for a generateContent request (validated by the caller)."""
+    system_parts = (request.get("systemInstruction") or {}).get("parts") or []
+    system = "\n".join(p.get("text", "") for p in system_parts) or None
+    turns = [
+        {
+            "role": "assistant" if c.get("role") == "model" else "user",
+            "content": "".join(p.get("text", "") for p in c.get("parts") or []),
+        }
+        for c in request.get("contents") or []
+    ]
+    config = request.get("generationConfig") or {}
+    limit = int(config.get("maxOutputTokens") or DEFAULT_OPENAI_MAX_TOKENS)
+    reply = responder.answer(system, turns, key, limit, str(request.get("model", "")).removeprefix("models/"))
+    text = reply.text
+    if config.get("responseMimeType") == "application/json" and isinstance(config.get("responseJsonSchema"), dict):
+        text = _structured(text, {"type": "json_schema", "json_schema": {"schema": config["responseJsonSchema"]}})
+    text, cut = _clip(text, limit)
+    prompt, output = google_prompt_tokens(request), counted_tokens(text)
+    return {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": text}], "role": "model"},
+                "finishReason": "MAX_TOKENS" if cut else "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": output,
+            "totalTokenCount": prompt + output,
+        },
+        "modelVersion": str(request.get("model", "")).removeprefix("models/"),
+        "responseId": secrets.token_hex(12),
+    }

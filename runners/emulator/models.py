@@ -56,9 +56,26 @@ def _catalog(provider: str) -> frozenset[str]:
     return frozenset((*listed, *_sdk_models(provider), *_MORE[provider]))
 
 
+# Gemini's model names (ai.google.dev/gemini-api/docs/models): gemini-<version>-<pro|flash|flash-lite>, a stable
+# name or a preview (`-preview`, `-preview-06-17`), or a numbered version (`-001`); the SDK has no list of them.
+_GEMINI = re.compile(r"gemini-\d+(?:\.\d+)?-(?:pro|flash|flash-lite)(?:-preview(?:-\d\d-\d\d)?|-latest|-\d{3})?")
+# Mistral's (docs.mistral.ai/getting-started/models): a family and a version date or `latest`.
+_MISTRAL = re.compile(
+    r"(?:mistral-(?:large|medium|small|tiny|saba)|magistral-(?:medium|small)|ministral-(?:3b|8b|14b)|codestral"
+    r"|devstral-(?:small|medium)|pixtral-(?:large|12b)|open-mistral-nemo|open-mixtral-8x(?:7|22)b)"
+    r"(?:-\d{4}|-latest)?"
+)
+
+
 def served(provider: str, model: str, extra: list[str]) -> bool:
-    """Whether the emulated ``provider`` ("openai" or "anthropic") serves ``model``."""
-    return model in extra or _SNAPSHOT.sub("", model) in _catalog(provider) or model in _catalog(provider)
+    """Whether the emulated ``provider`` (openai, anthropic, google or mistral) serves ``model``."""
+    if model in extra:
+        return True
+    if provider == "google":
+        return _GEMINI.fullmatch(model) is not None
+    if provider == "mistral":
+        return _MISTRAL.fullmatch(model) is not None
+    return _SNAPSHOT.sub("", model) in _catalog(provider) or model in _catalog(provider)
 
 
 def openai_refusal(model: str) -> dict[str, dict[str, Any]]:
@@ -70,3 +87,11 @@ def openai_refusal(model: str) -> dict[str, dict[str, Any]]:
 def anthropic_refusal(model: str) -> dict[str, str]:
     """Anthropic's error object for a model it does not have (status 404)."""
     return {"type": "not_found_error", "message": f"model: {model}"}
+
+
+def google_refusal(model: str) -> str:
+    """Gemini's message for a model it does not have (status 404 NOT_FOUND)."""
+    return (
+        f"models/{model} is not found for API version v1, or is not supported for generateContent. Call ListModels "
+        "to see the list of available models and their supported methods."
+    )

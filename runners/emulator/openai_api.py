@@ -12,10 +12,42 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
 from nspec.runners.emulator import openai_batches
-from nspec.runners.emulator.app import Api, ApiError, Dropped, limit_param
+from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param
 from nspec.runners.emulator.generation import count_tokens, openai_completion, openai_response
 from nspec.runners.emulator.models import openai_refusal
 from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
+
+
+def _authenticate(request: Request, expected: str | None) -> None:
+    auth = request.headers.get("authorization", "")
+    bearer = auth[7:] if auth.lower().startswith("bearer ") else ""
+    if not bearer or (expected is not None and bearer != expected):
+        raise ApiError(
+            401,
+            "invalid_request_error",
+            "Incorrect API key provided." if bearer else "You didn't provide an API key.",
+            code="invalid_api_key",
+        )
+
+
+def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    body = {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": error.code}}
+    return body, {"x-request-id": request_id}
+
+
+DIALECT = Dialect(
+    error_body=_error_body,
+    authenticate=_authenticate,
+    server_error=ApiError(500, "server_error", "The server had an error while processing your request."),
+    overloaded=ApiError(503, "server_error", "The engine is currently overloaded."),
+    rate_limited=lambda model, wait: ApiError(
+        429,
+        "requests",
+        f"Rate limit reached for {model}. Please try again in {wait:.3f}s.",
+        code="rate_limit_exceeded",
+    ),
+    bad_json=ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request."),
+)
 
 
 def router(api: Api) -> Router:

@@ -45,6 +45,10 @@ class Emulator:
     def openai_base_url(self) -> str:
         return f"{self.anthropic_base_url}/v1"
 
+    @property
+    def google_base_url(self) -> str:
+        return f"{self.anthropic_base_url}/google"
+
     def start(self) -> Emulator:
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
         self._thread.start()

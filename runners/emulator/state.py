@@ -60,6 +60,9 @@ class Store:
     blobs: dict[str, bytes] = field(default_factory=dict)
     openai_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     anthropic_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    google_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mistral_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    uploads: dict[str, dict[str, Any]] = field(default_factory=dict)  # resumable uploads under way (Google's)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @classmethod
@@ -73,6 +76,8 @@ class Store:
                 store.files = {k: StoredFile(**v) for k, v in data["files"].items()}
                 store.openai_batches = data["openai_batches"]
                 store.anthropic_batches = data["anthropic_batches"]
+                store.google_batches = data.get("google_batches", {})
+                store.mistral_batches = data.get("mistral_batches", {})
         return store
 
     def put_file(self, filename: str, purpose: str, data: bytes, created_at: int, prefix: str = "file-") -> StoredFile:
@@ -115,6 +120,8 @@ class Store:
                 "files": {k: asdict(v) for k, v in self.files.items()},
                 "openai_batches": self.openai_batches,
                 "anthropic_batches": self.anthropic_batches,
+                "google_batches": self.google_batches,
+                "mistral_batches": self.mistral_batches,
             }
             tmp = self.state_dir / "state.json.tmp"
             tmp.write_text(json.dumps(data), "utf-8")

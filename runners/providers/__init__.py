@@ -5,6 +5,7 @@ status to nspec's error tree, and downloads that are parsed only once they arriv
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -123,7 +124,7 @@ def chat_text(messages: Any) -> str:
 def sdk(package: str, provider: str, install_hint: str | None = None) -> Any:
     """Import an SDK, or say the command that installs it."""
     try:
-        return __import__(package)
+        return importlib.import_module(package)
     except ImportError:
         hint = install_hint or f"pip install {package}"
         raise UserError(f"the {package} package is needed for {provider} models: {hint}") from None

@@ -1,0 +1,191 @@
+"""Gemini batch jobs: BATCH_STATE_PENDING → RUNNING → SUCCEEDED (or CANCELLED, EXPIRED), as long-running operations
+(`{name, metadata: {state, output, ...}, done}`), RFC 3339 times; the responses file holds one line per request in
+input order (ai.google.dev/gemini-api/docs/batch-api: "written in the same order as the input requests"):
+`{"key", "response"}`, or `{"key", "error": {code, message, status}}` for a request that failed."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+from nspec.runners.emulator.anthropic_batches import rfc3339
+from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
+from nspec.runners.emulator.generation import google_response
+from nspec.runners.emulator.responders import Responder
+from nspec.runners.emulator.state import Store, new_id
+from nspec.runners.providers.google import GENERATION_FIELDS
+
+MAX_FILE_BYTES = 2_000_000_000  # ai.google.dev: input files up to 2 GB
+_REQUEST_FIELDS = (
+    "model",
+    "contents",
+    "systemInstruction",
+    "generationConfig",
+    "safetySettings",
+    "tools",
+    "toolConfig",
+    "cachedContent",
+    "labels",
+)
+
+
+class InvalidArgument(ValueError):
+    """A create call the real API refuses with 400 INVALID_ARGUMENT."""
+
+
+def request_problem(request: Any) -> str | None:
+    """What the API refuses in one GenerateContentRequest (its own words, shortened), or None."""
+    if not isinstance(request, dict):
+        return "Invalid JSON payload received: the request must be an object."
+    for name in request:
+        if name not in _REQUEST_FIELDS:
+            return f'Invalid JSON payload received. Unknown name "{name}": Cannot find field.'
+    contents = request.get("contents")
+    if not isinstance(contents, list) or not contents:
+        return "* GenerateContentRequest.contents: contents is not specified"
+    config = request.get("generationConfig") or {}
+    if not isinstance(config, dict):
+        return "Invalid JSON payload received. generation_config must be an object."
+    for name in config:
+        if name not in GENERATION_FIELDS:
+            return f"Invalid JSON payload received. Unknown name \"{name}\" at 'generation_config': Cannot find field."
+    limit = config.get("maxOutputTokens")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        return "* GenerateContentRequest.generation_config.max_output_tokens: must be positive"
+    return None
+
+
+def create(
+    store: Store, config: EmulatorConfig, rng: random.Random, model: str, body: Any, now: float
+) -> dict[str, Any]:
+    batch = body.get("batch") if isinstance(body, dict) else None
+    source = batch.get("inputConfig") if isinstance(batch, dict) else None
+    if not isinstance(batch, dict) or not isinstance(source, dict) or not isinstance(source.get("fileName"), str):
+        raise InvalidArgument("* BatchGenerateContentRequest.batch.input_config: a file name is required")
+    file_id = source["fileName"].removeprefix("files/")
+    if file_id not in store.files:
+        raise InvalidArgument(f"File {source['fileName']} does not exist.")
+    data = store.read_file(file_id)
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidArgument(f"The input file is {len(data)} bytes; at most {MAX_FILE_BYTES}.")
+    requests: list[dict[str, Any]] = []
+    keys: set[str] = set()
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise InvalidArgument(f"Line {number} of the input file is not valid JSON.") from None
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str) or "request" not in item:
+            raise InvalidArgument(f"Line {number} of the input file needs a `key` and a `request`.")
+        if item["key"] in keys:
+            raise InvalidArgument(f"Line {number}: the key {item['key']!r} is used more than once.")
+        keys.add(item["key"])
+        requests.append(item)
+    if not requests:
+        raise InvalidArgument("The input file holds no requests.")
+    job = {
+        "id": new_id("batch"),
+        "model": model,
+        "display_name": batch.get("displayName") or "",
+        "created": now,
+        "total": len(requests),
+        "cancel_at": None,
+        "requests": requests,
+        "final": None,
+        **draw_batch_faults(config.faults, rng, [r["key"] for r in requests]),
+    }
+    return store.add_batch(store.google_batches, job)
+
+
+def _times(job: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
+    timing, slow = config.timing, job["slow"]
+    start = job["created"] + timing.validate_seconds * slow
+    per = timing.seconds_per_request * slow
+    done = start + job["total"] * per + timing.finalize_seconds * slow
+    window = job["created"] + timing.completion_window_seconds
+    return {
+        "start": start,
+        "per": per,
+        "done": done,
+        "expire": expiry(start, job["total"], per, job["expire_fraction"], window),
+    }
+
+
+def cancel(store: Store, job: dict[str, Any], now: float) -> None:
+    with store.lock:
+        if job["final"] is None and job["cancel_at"] is None:
+            job["cancel_at"] = now
+            store.save()
+
+
+def operation(
+    store: Store, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder
+) -> dict[str, Any]:
+    """The batch as the API shows it: a long-running operation whose metadata is the GenerateContentBatch."""
+    if job["final"] is None:
+        _maybe_end(store, job, config, now, responder)
+    t = _times(job, config)
+    state = "BATCH_STATE_PENDING" if now < t["start"] else "BATCH_STATE_RUNNING"
+    metadata: dict[str, Any] = {
+        "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+        "name": f"batches/{job['id']}",
+        "model": f"models/{job['model']}",
+        "displayName": job["display_name"],
+        "createTime": rfc3339(job["created"]),
+        "updateTime": rfc3339(min(now, t["done"])),
+        "state": state,
+        "batchStats": {"requestCount": str(job["total"])},
+    }
+    final = job["final"]
+    if final is not None:
+        metadata.update(state=final["state"], endTime=rfc3339(final["ended"]), updateTime=rfc3339(final["ended"]))
+        metadata["output"] = {"responsesFile": f"files/{final['file']}"}
+        metadata["batchStats"] = final["stats"]
+    return {"name": f"batches/{job['id']}", "metadata": metadata, "done": final is not None}
+
+
+def _maybe_end(store: Store, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
+    t = _times(job, config)
+    candidates = [(t["done"], "BATCH_STATE_SUCCEEDED"), (t["expire"], "BATCH_STATE_EXPIRED")]
+    if job["cancel_at"] is not None:
+        candidates.append((job["cancel_at"] + config.timing.cancel_seconds, "BATCH_STATE_CANCELLED"))
+    end, state = min(candidates)
+    if now < end:
+        return
+    stop = t["expire"] if state == "BATCH_STATE_EXPIRED" else job["cancel_at"] or end
+    done = (
+        job["total"]
+        if state == "BATCH_STATE_SUCCEEDED"
+        else max(0, min(job["total"], math.floor((stop - t["start"]) / max(t["per"], 1e-12))))
+    )
+    lines, ok, failed = [], 0, 0
+    for item in job["requests"][:done]:  # only what finished has a line
+        key, request = item["key"], item["request"]
+        problem = request_problem(request)
+        if problem is None and job["outcomes"][key] == "error":
+            error = {"code": 500, "message": "Internal error encountered.", "status": "INTERNAL"}
+        elif problem is not None:
+            error = {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}
+        else:
+            lines.append(
+                {"key": key, "response": google_response({**request, "model": job["model"]}, responder, "batch:" + key)}
+            )
+            ok += 1
+            continue
+        lines.append({"key": key, "error": error})
+        failed += 1
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    stored = store.put_file(f"{job['id']}-responses.jsonl", "batch_output", data, int(end), prefix="")
+    stats = {
+        "requestCount": str(job["total"]),
+        "successfulRequestCount": str(ok),
+        "failedRequestCount": str(failed),
+        "pendingRequestCount": "0",
+    }
+    job["final"] = {"state": state, "ended": end, "file": stored.id, "stats": stats}
+    job["requests"] = []
+    store.save()

@@ -1,0 +1,320 @@
+"""Google's Gemini API: `google/<model>`, through the `google-genai` SDK (``pip install 'needlespec[google]'``).
+
+- Requests: JSONL lines ``{"key", "request": {model, contents, systemInstruction?, generationConfig}}`` — the
+  Gemini batch file format; a live call sends the same request through `generateContent`. A spec's chat-style
+  parameters are given in Gemini's names (`max_tokens` → `maxOutputTokens`, `top_p` → `topP`, `stop` →
+  `stopSequences`, snake_case → camelCase); a name `generationConfig` does not have is a `validate` error. Gemini
+  does not continue a final model turn, so a prefill is refused at `validate`.
+- Batches: the file is uploaded (resumable upload), a batch created on the model with the run's id, shard hash and
+  attempt in its display name (so an interrupted create is found again), polled until its state ends, and its
+  responses file downloaded: one line per request, `{"key", "response"}` or `{"key", "error"}`. Input files may be up
+  to 2 GB. (Inline requests, which the API also takes below 20 MB, are not used: one path for every size.)
+- Tokens: no exact offline tokenizer exists for Gemini: counts are the o200k proxy with its margin, unless the spec
+  is calibrated (`nspec calibrate` asks `countTokens`).
+- Errors: `google.genai.errors.APIError` by HTTP status, as for every provider.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from nspec.errors import NspecError
+from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
+from nspec.runners.providers import (
+    BaseProvider,
+    connection_error,
+    request_failure,
+    sdk,
+    sdk_retries,
+    status_error,
+    stream_lines,
+)
+
+INSTALL_HINT = "pip install 'needlespec[google]'"
+# The fields of the API's GenerationConfig (ai.google.dev/api/generate-content#generationconfig).
+GENERATION_FIELDS = frozenset(
+    (
+        "stopSequences",
+        "responseMimeType",
+        "responseSchema",
+        "responseJsonSchema",
+        "responseModalities",
+        "candidateCount",
+        "maxOutputTokens",
+        "temperature",
+        "topP",
+        "topK",
+        "seed",
+        "presencePenalty",
+        "frequencyPenalty",
+        "responseLogprobs",
+        "logprobs",
+        "enableEnhancedCivicAnswers",
+        "speechConfig",
+        "thinkingConfig",
+        "mediaResolution",
+        "imageConfig",
+    )
+)
+# Chat-style names a spec may use, in Gemini's words.
+_RENAMED = {
+    "max_tokens": "maxOutputTokens",
+    "max_completion_tokens": "maxOutputTokens",
+    "stop": "stopSequences",
+}
+_ENDED = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
+_FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def generation_config(params: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
+    """A spec's parameters as a GenerationConfig (REST names); a json_schema response_format (judges) as JSON
+    output with that schema."""
+    config: dict[str, Any] = {}
+    for name, value in params.items():
+        if value is None:
+            continue  # null: leave it out
+        if name == "response_format" and isinstance(value, Mapping) and value.get("type") == "json_schema":
+            config["responseMimeType"] = "application/json"
+            config["responseJsonSchema"] = value["json_schema"]["schema"]
+            continue
+        key = _RENAMED.get(name, camel(name))
+        config[key] = [value] if key == "stopSequences" and isinstance(value, str) else value
+    config.setdefault("maxOutputTokens", max_tokens)
+    return config
+
+
+def parse_result(line: Mapping[str, Any]) -> Outcome:
+    """A line of a Gemini batch's responses file: a response, or an error (a status object)."""
+    key = line["key"]
+    error = line.get("error") or line.get("status")
+    if error is not None:
+        code = int(error.get("code") or 500)
+        return Outcome(
+            key,
+            "error",
+            retryable=code >= 500 or code == 429,
+            error={"code": error.get("status") or str(code), "message": error.get("message")},
+        )
+    return response_outcome(key, line["response"])
+
+
+def response_outcome(key: str, response: Mapping[str, Any]) -> Outcome:
+    """A GenerateContentResponse (REST JSON) as an outcome: the first candidate's text; no candidate (the prompt was
+    blocked) is an empty answer with the block reason as its finish reason. Thinking tokens are billed as output."""
+    usage = response.get("usageMetadata") or {}
+    output = int(usage.get("candidatesTokenCount") or 0) + int(usage.get("thoughtsTokenCount") or 0)
+    prompt = int(usage.get("promptTokenCount") or 0)
+    candidates = response.get("candidates") or []
+    if not candidates:
+        blocked = (response.get("promptFeedback") or {}).get("blockReason") or "no_candidate"
+        return Outcome(key, "ok", "", f"prompt_blocked: {blocked}", prompt, output)
+    candidate = candidates[0]
+    parts = (candidate.get("content") or {}).get("parts") or []
+    text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+    reason = str(candidate.get("finishReason") or "STOP")
+    return Outcome(key, "ok", text, _FINISH.get(reason, reason.lower()), prompt, output)
+
+
+class Google(BaseProvider):
+    name = "google"
+    request_format = "google"
+    key_variables = ("NSPEC_GEMINI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+    package = "google.genai"
+    install_hint = INSTALL_HINT
+    official_hosts: tuple[str, ...] = ("generativelanguage.googleapis.com",)
+    official_base_url: str | None = "https://generativelanguage.googleapis.com"
+    default_concurrency = 8
+
+    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        issues = super().model_issues(entry)
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        for name, value in params.items():
+            key = _RENAMED.get(name, camel(name))
+            if value is not None and name != "response_format" and key not in GENERATION_FIELDS:
+                issues.append(
+                    (
+                        ("params", name),
+                        f"Gemini's generationConfig has no field {key!r} (from `{name}`); it takes "
+                        + ", ".join(sorted(GENERATION_FIELDS)),
+                    )
+                )
+        return issues
+
+    def shard_limits(self) -> ShardLimits:
+        return ShardLimits(100_000, 2_000_000_000)
+
+    def request_line(
+        self,
+        entry: Mapping[str, Any],
+        custom_id: str,
+        system: str | None,
+        user: str,
+        prefill: str | None,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        contents = [{"role": "user", "parts": [{"text": user}]}]
+        if prefill is not None:  # refused at validate: Gemini does not continue a final model turn
+            contents.append({"role": "model", "parts": [{"text": prefill}]})
+        request: dict[str, Any] = {"model": f"models/{model_name(entry)}", "contents": contents}
+        if system is not None:
+            request["systemInstruction"] = {"parts": [{"text": system}]}
+        request["generationConfig"] = generation_config(params, max_tokens)
+        return {"key": custom_id, "request": request}
+
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        return count(self.prompt_text(line)) + int(line["request"]["generationConfig"].get("maxOutputTokens") or 0)
+
+    def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}, **params}
+
+    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        request = line["request"]
+        system = (request.get("systemInstruction") or {}).get("parts") or []
+        turns = [part for content in request.get("contents") or [] for part in content.get("parts") or []]
+        return "\n\n".join(p.get("text", "") for p in [*system, *turns])
+
+    def batches(self, creds: Credentials) -> GoogleBatches:
+        return GoogleBatches(creds)
+
+    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> GoogleLive:
+        return GoogleLive(creds)
+
+
+def _client(creds: Credentials, attempts: int) -> Any:
+    genai = sdk("google.genai", "google", INSTALL_HINT)
+    types = importlib.import_module("google.genai.types")
+    options = types.HttpOptions(
+        base_url=creds.base_url, retry_options=types.HttpRetryOptions(attempts=max(1, attempts))
+    )
+    return genai.Client(api_key=creds.api_key, http_options=options)
+
+
+def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | None:
+    """The SDK's exception as nspec's, or None when it is not the SDK's."""
+    errors = importlib.import_module("google.genai.errors")
+    if isinstance(exc, errors.APIError):
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+        code, message = int(exc.code or 500), str(exc.message or exc)
+        if code == 400 and "API key not valid" in message:
+            code = 401  # Google answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID)
+        return status_error("google", code, message, creds, model, headers)
+    if type(exc).__module__.startswith(("httpx", "httpcore")):
+        return connection_error("google", exc)
+    return None
+
+
+def _display_name(metadata: Mapping[str, str]) -> str:
+    return f"nspec {metadata['nspec_run']} {metadata['nspec_shard']} {metadata['nspec_attempt']}"
+
+
+class GoogleBatches:
+    """Gemini batch jobs over uploaded JSONL files."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self.client = _client(creds, sdk_retries() + 1)
+        self.types = importlib.import_module("google.genai.types")
+
+    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            mapped = _error(self.creds, what, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def upload(self, shard: Path) -> str:
+        config = self.types.UploadFileConfig(mime_type="application/jsonl", display_name=shard.name)
+        return str(self._call("batch files", self.client.files.upload, file=str(shard), config=config).name)
+
+    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
+        with open(shard, "rb") as fh:
+            model = str(json.loads(fh.readline())["request"]["model"]).removeprefix("models/")
+        config = self.types.CreateBatchJobConfig(display_name=_display_name(metadata))
+        job = self._call(model, self.client.batches.create, model=model, src=file_id, config=config)
+        return str(job.name)
+
+    def find(self, metadata: dict[str, str], after: float) -> list[str]:
+        """Batches whose display name carries this metadata, created after ``after`` (Unix seconds)."""
+        wanted = _display_name(metadata)
+        found = []
+        for job in self._call("batches", self.client.batches.list, config={"page_size": 100}):
+            created = job.create_time.timestamp() if job.create_time else after
+            if job.display_name == wanted and created >= after - 300:
+                found.append((created, str(job.name)))
+        return [name for _, name in sorted(found, reverse=True)]
+
+    def poll(self, batch_id: str) -> BatchView:
+        job = self._call("batches", self.client.batches.get, name=batch_id)
+        state = job.state.name if job.state is not None else "JOB_STATE_PENDING"
+        files = (job.dest.file_name,) if job.dest is not None and job.dest.file_name else ()
+        return BatchView(batch_id, state, state in _ENDED, 0, 0, files)
+
+    def failure(self, batch_id: str) -> str:
+        job = self._call("batches", self.client.batches.get, name=batch_id)
+        return str(job.error.message) if job.error is not None and job.error.message else str(job.state)
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        for name in view.output_files:
+            fetch = lambda dest, name=name: self._call(  # noqa: E731 - bound per file
+                "batch files", self.client.files.download, file=name, destination=str(dest)
+            )
+            yield from stream_lines(fetch, folder, re.sub(r"\W", "-", name), parse_result)
+
+    def cancel(self, batch_id: str) -> None:
+        self._call("batches", self.client.batches.cancel, name=batch_id)
+
+
+class GoogleLive:
+    """One model's live `generateContent` calls (the SDK's retries off: the runner retries)."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self.client = _client(creds, 1)
+        self.types = importlib.import_module("google.genai.types")
+
+    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
+        request = line["request"]
+        model = str(request["model"]).removeprefix("models/")
+        settings = dict(request.get("generationConfig") or {})
+        if "systemInstruction" in request:
+            settings["systemInstruction"] = request["systemInstruction"]
+        try:
+            config = self.types.GenerateContentConfig.model_validate(settings)
+            response = await self.client.aio.models.generate_content(
+                model=model, contents=request["contents"], config=config
+            )
+        except Exception as exc:
+            mapped = _error(self.creds, model, exc)
+            if mapped is None:
+                raise
+            failed = request_failure(line["key"], mapped)
+            if failed is None:
+                raise mapped from None
+            return failed, None
+        body = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+        http = response.sdk_http_response
+        return response_outcome(line["key"], body), (http.headers if http is not None else None)
+
+    async def close(self) -> None:
+        await self.client.aio.aclose()
+
+
+PROVIDER = Google()
