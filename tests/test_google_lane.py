@@ -11,9 +11,13 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
+from nspec.compiler.run_directory import compile_run
+from nspec.runners.emulator.config import RateLimits
+from nspec.runners.providers import google
+from nspec.spec import load_spec
 from tests.conftest import BASE
 from tests.test_emulator import needle_prompt
-from tests.test_runners import SPEC, assert_complete, nspec_process, results
+from tests.test_runners import SPEC, assert_complete, nspec_process, results, submit
 
 pytestmark = pytest.mark.usefixtures("api_keys")
 
@@ -24,10 +28,10 @@ def gemini_key(monkeypatch):
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
 
 
-def spec_for(tmp_path, emu, mode, model="gemini-2.5-flash", params="{temperature: 0, max_tokens: 40}"):
+def spec_for(tmp_path, emu, mode, model="gemini-2.5-flash", params="{temperature: 0, max_tokens: 40}", trials=1):
     entry = f'  - {{id: google/{model}, mode: {mode}, base_url: "{emu.google_base_url}", params: {params}}}'
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC.format(models=entry, trials=1, attempts=2, live_below=0))
+    spec.write_text(SPEC.format(models=entry, trials=trials, attempts=2, live_below=0))
     return spec
 
 
@@ -87,6 +91,17 @@ def test_killed_after_create_the_batch_is_found_again(emulator, tmp_path, gemini
     assert_complete(run)
 
 
+def test_a_429_storm_waits_as_long_as_gemini_says(emulator, tmp_path, gemini_key):
+    # Gemini sends no retry header: the delay is a RetryInfo detail in the body, which the lane reads. The runner's
+    # own backoff is set far too long to finish in time, so completing proves the body's delay was used.
+    emu = emulator(rate_limits=RateLimits(requests_per_minute=1200, burst_seconds=0.1))
+    loaded = load_spec(str(spec_for(tmp_path, emu, "live", trials=3)))
+    run = compile_run(loaded.data, loaded.base_dir, tmp_path / "out", {}).path
+    progress = submit(run, live_backoff=60)
+    assert emu.emulation.statuses[429] > 0 and progress.pending == 0 and progress.failed == 0
+    assert_complete(run)
+
+
 @pytest.mark.parametrize(
     "params, message",
     [
@@ -136,3 +151,15 @@ def test_the_emulator_through_the_sdk(emulator, tmp_path):
     with pytest.raises(errors.ClientError) as info:
         client.models.generate_content(model="gemini-9-nope", contents="hi")
     assert info.value.code == 404 and info.value.status == "NOT_FOUND"
+
+
+def test_a_rate_limited_call_carries_retry_info_and_no_retry_header(emulator):
+    emu = emulator(rate_limits=RateLimits(requests_per_minute=1))
+    client = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=emu.google_base_url))
+    client.models.generate_content(model="gemini-2.5-flash", contents=needle_prompt(1))
+    with pytest.raises(errors.ClientError) as info:
+        client.models.generate_content(model="gemini-2.5-flash", contents=needle_prompt(1))
+    assert info.value.code == 429 and info.value.status == "RESOURCE_EXHAUSTED"
+    assert not any(h.startswith(("retry-after", "x-ratelimit", "anthropic-")) for h in info.value.response.headers)
+    delay = google.retry_delay(info.value.details)
+    assert delay is not None and 0 < delay <= 60

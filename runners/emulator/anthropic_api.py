@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
 from nspec.runners.emulator import anthropic_batches
-from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param
+from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
 from nspec.runners.emulator.generation import anthropic_message, count_tokens
 from nspec.runners.emulator.models import anthropic_refusal
 
@@ -38,7 +38,9 @@ DIALECT = Dialect(
     authenticate=_authenticate,
     server_error=ApiError(500, "api_error", "The server had an error while processing your request."),
     overloaded=ApiError(529, "overloaded_error", "Overloaded"),
-    rate_limited=lambda model, wait: ApiError(429, "rate_limit_error", "This request would exceed the rate limit."),
+    rate_limited=lambda model, wait: ApiError(
+        429, "rate_limit_error", "This request would exceed the rate limit.", headers=retry_headers(wait)
+    ),
     bad_json=ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request."),
 )
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import random
 import re
 from typing import Any
 
-from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
+from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.generation import anthropic_message
 from nspec.runners.emulator.models import anthropic_refusal, served
 from nspec.runners.emulator.responders import Responder
@@ -63,20 +62,6 @@ def create(
     return store.add_batch(store.anthropic_batches, batch)
 
 
-def _times(batch: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
-    timing, slow = config.timing, batch["slow"]
-    per = timing.seconds_per_request * slow
-    processed = batch["created"] + batch["total"] * per + timing.finalize_seconds * slow
-    expire = expiry(
-        batch["created"],
-        batch["total"],
-        per,
-        batch["expire_fraction"],
-        batch["created"] + timing.completion_window_seconds,
-    )
-    return {"per": per, "processed": processed, "expire": expire}
-
-
 def cancel(store: Store, batch: dict[str, Any], now: float) -> None:
     with store.lock:
         if batch["final"] is None and batch["cancel_at"] is None:
@@ -115,19 +100,15 @@ def status(
 
 
 def _maybe_end(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
-    t = _times(batch, config)
-    candidates = [(t["processed"], "done"), (t["expire"], "expired")]
+    t = schedule(batch, config.timing, validates=False)
+    candidates = [(t.finalized, "done"), (t.expire, "expired")]
     if batch["cancel_at"] is not None:
         candidates.append((batch["cancel_at"] + config.timing.cancel_seconds, "canceled"))
     end, outcome = min(candidates)
     if now < end:
         return
-    stop = t["expire"] if outcome == "expired" else batch["cancel_at"] or end
-    done = (
-        batch["total"]
-        if outcome == "done"
-        else min(batch["total"], math.floor((stop - batch["created"]) / max(t["per"], 1e-12)))
-    )
+    stop = t.expire if outcome == "expired" else batch["cancel_at"] or end
+    done = batch["total"] if outcome == "done" else t.done_by(batch["total"], stop)
     counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
     lines = []
     for index, request in enumerate(batch["requests"]):

@@ -1,7 +1,8 @@
 """The emulator's HTTP API: OpenAI's routes (base URL `http://HOST:PORT/v1`, `openai_api`), Anthropic's (base URL
-`http://HOST:PORT`, `anthropic_api`) and Gemini's (base URL `http://HOST:PORT`, `google_api`), each a router of its
-own with its dialect (error shapes, keys, fault words), sharing here the route wrapper that authenticates, injects
-faults and counts, live rate limits, and the model catalog."""
+`http://HOST:PORT`, `anthropic_api`), Gemini's (base URL `http://HOST:PORT/google`, `google_api`) and Mistral's
+(base URL `http://HOST:PORT/mistral`, `mistral_api`), each a router of its own with its dialect (error shapes, keys,
+fault words), sharing here the route wrapper that authenticates, injects faults and counts, live rate limits, and
+the model catalog."""
 
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        details: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.kind, self.message, self.param, self.code = status, kind, message, param, code
         self.headers = headers or {}
+        self.details = details  # Google's error details (RetryInfo, ...)
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Dialect:
     authenticate: Callable[[Request, str | None], None]  # raises ApiError
     server_error: ApiError
     overloaded: ApiError
-    rate_limited: Callable[[str, float], ApiError]  # (model, seconds to wait)
+    rate_limited: Callable[[str, float], ApiError]  # (model, seconds to wait) → the 429 with its retry signal
     bad_json: ApiError
 
 
@@ -144,32 +147,34 @@ class Api:
         if not decision.allowed:
             wait = max(decision.retry_after, 0.001)
             refused = self.dialects[provider].rate_limited(str(body.get("model")), wait)
-            refused.headers.update(
-                {
-                    **decision.headers,
-                    "retry-after": str(max(1, round(wait))),
-                    "retry-after-ms": str(max(1, round(wait * 1000))),
-                }
-            )
+            refused.headers.update(decision.headers)
             raise refused
         return decision.headers
 
 
 def build_app(emu: Emulation) -> Starlette:
     """The emulator's app: each API's routes from its own router, in its own dialect."""
-    from nspec.runners.emulator import anthropic_api, google_api, openai_api
+    from nspec.runners.emulator import anthropic_api, google_api, mistral_api, openai_api
 
-    modules = {"openai": openai_api, "anthropic": anthropic_api, "google": google_api}
+    modules = {"openai": openai_api, "anthropic": anthropic_api, "google": google_api, "mistral": mistral_api}
     api = Api(emu, {name: module.DIALECT for name, module in modules.items()})
 
     async def not_found(request: Request, exc: Exception) -> Response:
         path = request.url.path
-        name = "anthropic" if path.startswith("/v1/messages") else "google" if path.startswith("/google/") else "openai"
-        kind = {"anthropic": "not_found_error", "google": "NOT_FOUND"}.get(name, "invalid_request_error")
+        prefixes = {"/v1/messages": "anthropic", "/google/": "google", "/mistral/": "mistral"}
+        name = next((api for prefix, api in prefixes.items() if path.startswith(prefix)), "openai")
+        kind = {"anthropic": "not_found_error", "google": "NOT_FOUND", "mistral": "not_found"}.get(
+            name, "invalid_request_error"
+        )
         return error_response(api.dialects[name], ApiError(404, kind, f"Unknown route {request.method} {path}"))
 
     routes = [route for module in modules.values() for route in module.router(api).routes]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+
+
+def retry_headers(wait: float) -> dict[str, str]:
+    """`retry-after` (whole seconds) and `retry-after-ms`, as OpenAI and Anthropic send them with a 429."""
+    return {"retry-after": str(max(1, round(wait))), "retry-after-ms": str(max(1, round(wait * 1000)))}
 
 
 def limit_param(value: str | None, default: int) -> int:

@@ -149,8 +149,37 @@ def draw_batch_faults(faults: Faults, rng: Any, custom_ids: list[str]) -> dict[s
     }
 
 
-def expiry(start: float, total: int, per_request: float, expire_fraction: float | None, window_end: float) -> float:
-    """When a batch expires: the end of its window, or, with the expiry fault, once its fraction is done."""
-    if expire_fraction is None:
-        return window_end
-    return min(window_end, start + math.floor(total * expire_fraction) * per_request + per_request / 2)
+@dataclass(frozen=True)
+class Schedule:
+    """When one batch's work happens, on the emulator's clock: its requests start at `start` and take `per` seconds
+    each, all are processed at `processed` and the batch ends at `finalized`; it expires at `expire` (the end of its
+    window, `window_end`, or sooner with the expiry fault)."""
+
+    start: float
+    per: float
+    processed: float
+    finalized: float
+    expire: float
+    window_end: float
+
+    def done_by(self, total: int, at: float) -> int:
+        """How many of the batch's ``total`` requests are processed at ``at``."""
+        if at <= self.start:
+            return 0
+        if self.per <= 0:
+            return total
+        return min(total, math.floor((at - self.start) / self.per))
+
+
+def schedule(batch: dict[str, Any], timing: Timing, validates: bool = True) -> Schedule:
+    """A batch's schedule from its creation time, size and drawn faults; ``validates`` when the API first validates
+    the input (Anthropic's does not)."""
+    slow, total = batch["slow"], int(batch["total"])
+    start = batch["created"] + (timing.validate_seconds * slow if validates else 0.0)
+    per = timing.seconds_per_request * slow
+    processed = start + total * per
+    window_end = batch["created"] + timing.completion_window_seconds
+    expire = window_end
+    if batch["expire_fraction"] is not None:
+        expire = min(window_end, start + math.floor(total * batch["expire_fraction"]) * per + per / 2)
+    return Schedule(start, per, processed, processed + timing.finalize_seconds * slow, expire, window_end)

@@ -274,3 +274,31 @@ def google_response(request: dict[str, Any], responder: Responder, key: str) -> 
         "modelVersion": str(request.get("model", "")).removeprefix("models/"),
         "responseId": secrets.token_hex(12),
     }
+
+
+def mistral_completion(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
+    """A Mistral chat completion for a request body (validated by the caller). A final assistant message with
+    `prefix: true` is continued, and the content starts with it (docs.mistral.ai: "prefix")."""
+    messages = body["messages"]
+    prefix = messages[-1] if messages[-1].get("role") == "assistant" and messages[-1].get("prefix") else None
+    completion = openai_completion({**body, "messages": messages[:-1] if prefix else messages}, responder, key, created)
+    choice = completion["choices"][0]
+    text = choice["message"]["content"] or ""
+    if prefix is not None:
+        start = message_text(prefix.get("content"))
+        text = text if text.startswith(start) else f"{start} {text}"
+    usage = completion["usage"]
+    return {
+        "id": secrets.token_hex(16),
+        "object": "chat.completion",
+        "model": body["model"],
+        "created": created,
+        "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": None, "prefix": False},
+                "finish_reason": choice["finish_reason"],
+            }
+        ],
+    }

@@ -34,7 +34,16 @@ def _authenticate(request: Request, expected: str | None) -> None:
 
 
 def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
-    return {"error": {"code": error.status, "message": error.message, "status": error.kind}}, {}
+    body: dict[str, Any] = {"code": error.status, "message": error.message, "status": error.kind}
+    if error.details:
+        body["details"] = error.details
+    return {"error": body}, {}
+
+
+def _rate_limited(model: str, wait: float) -> ApiError:
+    """Gemini's 429: no retry header; the delay is a RetryInfo detail, a protobuf Duration ("0.250s")."""
+    retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{wait:.3f}s"}
+    return ApiError(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).", details=[retry])
 
 
 DIALECT = Dialect(
@@ -42,9 +51,7 @@ DIALECT = Dialect(
     authenticate=_authenticate,
     server_error=ApiError(500, "INTERNAL", "An internal error has occurred. Please retry or report it."),
     overloaded=ApiError(503, "UNAVAILABLE", "The model is overloaded. Please try again later."),
-    rate_limited=lambda model, wait: ApiError(
-        429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."
-    ),
+    rate_limited=_rate_limited,
     bad_json=ApiError(400, "INVALID_ARGUMENT", "Invalid JSON payload received."),
 )
 

@@ -6,12 +6,11 @@ input order (ai.google.dev/gemini-api/docs/batch-api: "written in the same order
 from __future__ import annotations
 
 import json
-import math
 import random
 from typing import Any
 
 from nspec.runners.emulator.anthropic_batches import rfc3339
-from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
+from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.generation import google_response
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
@@ -101,20 +100,6 @@ def create(
     return store.add_batch(store.google_batches, job)
 
 
-def _times(job: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
-    timing, slow = config.timing, job["slow"]
-    start = job["created"] + timing.validate_seconds * slow
-    per = timing.seconds_per_request * slow
-    done = start + job["total"] * per + timing.finalize_seconds * slow
-    window = job["created"] + timing.completion_window_seconds
-    return {
-        "start": start,
-        "per": per,
-        "done": done,
-        "expire": expiry(start, job["total"], per, job["expire_fraction"], window),
-    }
-
-
 def cancel(store: Store, job: dict[str, Any], now: float) -> None:
     with store.lock:
         if job["final"] is None and job["cancel_at"] is None:
@@ -128,15 +113,15 @@ def operation(
     """The batch as the API shows it: a long-running operation whose metadata is the GenerateContentBatch."""
     if job["final"] is None:
         _maybe_end(store, job, config, now, responder)
-    t = _times(job, config)
-    state = "BATCH_STATE_PENDING" if now < t["start"] else "BATCH_STATE_RUNNING"
+    t = schedule(job, config.timing)
+    state = "BATCH_STATE_PENDING" if now < t.start else "BATCH_STATE_RUNNING"
     metadata: dict[str, Any] = {
         "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
         "name": f"batches/{job['id']}",
         "model": f"models/{job['model']}",
         "displayName": job["display_name"],
         "createTime": rfc3339(job["created"]),
-        "updateTime": rfc3339(min(now, t["done"])),
+        "updateTime": rfc3339(min(now, t.finalized)),
         "state": state,
         "batchStats": {"requestCount": str(job["total"])},
     }
@@ -149,19 +134,15 @@ def operation(
 
 
 def _maybe_end(store: Store, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
-    t = _times(job, config)
-    candidates = [(t["done"], "BATCH_STATE_SUCCEEDED"), (t["expire"], "BATCH_STATE_EXPIRED")]
+    t = schedule(job, config.timing)
+    candidates = [(t.finalized, "BATCH_STATE_SUCCEEDED"), (t.expire, "BATCH_STATE_EXPIRED")]
     if job["cancel_at"] is not None:
         candidates.append((job["cancel_at"] + config.timing.cancel_seconds, "BATCH_STATE_CANCELLED"))
     end, state = min(candidates)
     if now < end:
         return
-    stop = t["expire"] if state == "BATCH_STATE_EXPIRED" else job["cancel_at"] or end
-    done = (
-        job["total"]
-        if state == "BATCH_STATE_SUCCEEDED"
-        else max(0, min(job["total"], math.floor((stop - t["start"]) / max(t["per"], 1e-12))))
-    )
+    stop = t.expire if state == "BATCH_STATE_EXPIRED" else job["cancel_at"] or end
+    done = job["total"] if state == "BATCH_STATE_SUCCEEDED" else t.done_by(job["total"], stop)
     lines, ok, failed = [], 0, 0
     for item in job["requests"][:done]:  # only what finished has a line
         key, request = item["key"], item["request"]

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
 from nspec.runners.emulator import openai_batches
-from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param
+from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
 from nspec.runners.emulator.generation import count_tokens, openai_completion, openai_response
 from nspec.runners.emulator.models import openai_refusal
 from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
@@ -45,6 +45,7 @@ DIALECT = Dialect(
         "requests",
         f"Rate limit reached for {model}. Please try again in {wait:.3f}s.",
         code="rate_limit_exceeded",
+        headers=retry_headers(wait),
     ),
     bad_json=ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request."),
 )

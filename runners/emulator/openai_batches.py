@@ -9,12 +9,11 @@ failures to a separate error file, each in shuffled order. Timestamps are Unix s
 from __future__ import annotations
 
 import json
-import math
 import random
 import secrets
 from typing import Any
 
-from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, expiry
+from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.generation import openai_completion, openai_response
 from nspec.runners.emulator.models import openai_refusal, served
 from nspec.runners.emulator.responders import Responder
@@ -120,31 +119,6 @@ def create(
     return store.add_batch(store.openai_batches, batch)
 
 
-def _times(batch: dict[str, Any], config: EmulatorConfig) -> dict[str, float]:
-    timing, slow = config.timing, batch["slow"]
-    start = batch["created"] + timing.validate_seconds * slow
-    per = timing.seconds_per_request * slow
-    processed = start + batch["total"] * per
-    window_end = batch["created"] + timing.completion_window_seconds
-    expire = expiry(start, batch["total"], per, batch["expire_fraction"], window_end)
-    return {
-        "start": start,
-        "per": per,
-        "processed": processed,
-        "finalized": processed + timing.finalize_seconds * slow,
-        "expire": expire,
-        "window_end": window_end,
-    }
-
-
-def _done(batch: dict[str, Any], t: dict[str, float], at: float) -> int:
-    if at <= t["start"]:
-        return 0
-    if t["per"] <= 0:
-        return int(batch["total"])
-    return min(int(batch["total"]), math.floor((at - t["start"]) / t["per"]))
-
-
 def cancel(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float) -> None:
     with store.lock:
         view = status(store, batch, config, now, responder=None)
@@ -172,7 +146,7 @@ def status(
         "error_file_id": None,
         "created_at": int(batch["created"]),
         "in_progress_at": None,
-        "expires_at": int(_times(batch, config)["window_end"]),
+        "expires_at": int(schedule(batch, config.timing).window_end),
         "finalizing_at": None,
         "completed_at": None,
         "failed_at": None,
@@ -185,53 +159,53 @@ def status(
     }
     if batch["final"] is not None:
         return {**base, **batch["final"]}
-    t = _times(batch, config)
-    if now < t["start"]:
+    t = schedule(batch, config.timing)
+    if now < t.start:
         return base
-    done = _done(batch, t, now)
+    done = t.done_by(batch["total"], now)
     failed = sum(1 for r in batch["requests"][:done] if batch["outcomes"][r["custom_id"]] == "error")
     view = {
         **base,
-        "in_progress_at": int(t["start"]),
+        "in_progress_at": int(t.start),
         "status": "in_progress",
         "request_counts": {"total": batch["total"], "completed": done - failed, "failed": failed},
     }
     if batch["cancel_at"] is not None:
         view.update(status="cancelling", cancelling_at=int(batch["cancel_at"]))
     elif done >= batch["total"]:
-        view.update(status="finalizing", finalizing_at=int(t["processed"]))
+        view.update(status="finalizing", finalizing_at=int(t.processed))
     return view
 
 
 def _maybe_finish(
     store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder | None
 ) -> None:
-    t = _times(batch, config)
+    t = schedule(batch, config.timing)
     if batch["errors"]:
-        if now >= t["start"]:
+        if now >= t.start:
             batch["final"] = {
                 "status": "failed",
-                "failed_at": int(t["start"]),
+                "failed_at": int(t.start),
                 "errors": {"object": "list", "data": batch["errors"]},
             }
             store.save()
         return
-    candidates = [(t["finalized"], "completed"), (t["expire"], "expired")]
+    candidates = [(t.finalized, "completed"), (t.expire, "expired")]
     if batch["cancel_at"] is not None:
         candidates.append((batch["cancel_at"] + config.timing.cancel_seconds, "cancelled"))
     end, outcome = min(candidates)
-    if outcome == "expired" and t["expire"] >= t["processed"]:
-        end, outcome = t["finalized"], "completed"
+    if outcome == "expired" and t.expire >= t.processed:
+        end, outcome = t.finalized, "completed"
     if now < end or responder is None:
         return
     if outcome == "completed":
         done = int(batch["total"])
     else:
-        done = _done(batch, t, t["expire"] if outcome == "expired" else batch["cancel_at"])
+        done = t.done_by(batch["total"], t.expire if outcome == "expired" else batch["cancel_at"])
     _write_results(store, batch, config, responder, done, outcome, int(end))
-    times = {"in_progress_at": int(t["start"])}
+    times = {"in_progress_at": int(t.start)}
     if outcome == "completed":
-        times.update(finalizing_at=int(t["processed"]), completed_at=int(end))
+        times.update(finalizing_at=int(t.processed), completed_at=int(end))
     elif outcome == "expired":
         times.update(expired_at=int(end))
     else:

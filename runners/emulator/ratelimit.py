@@ -72,6 +72,8 @@ class Limiter:
                 "x-ratelimit-remaining-tokens": str(max(0, math.floor(t.level))),
                 "x-ratelimit-reset-tokens": duration(t.reset_seconds()),
             }
+        if provider != "anthropic":
+            return {}  # Gemini and Mistral document no rate-limit headers; a 429 is all they say
         headers = {}
         for name, bucket in (("requests", r), ("tokens", t), ("input-tokens", t), ("output-tokens", t)):
             headers[f"anthropic-ratelimit-{name}-limit"] = str(bucket.limit)

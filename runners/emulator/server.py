@@ -49,6 +49,10 @@ class Emulator:
     def google_base_url(self) -> str:
         return f"{self.anthropic_base_url}/google"
 
+    @property
+    def mistral_base_url(self) -> str:
+        return f"{self.anthropic_base_url}/mistral"
+
     def start(self) -> Emulator:
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
         self._thread.start()

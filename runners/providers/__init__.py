@@ -142,15 +142,17 @@ def status_error(
     creds: Credentials,
     model: str,
     headers: Mapping[str, str] | None = None,
+    unknown_model: bool = False,
 ) -> NspecError:
-    """An HTTP error status as nspec's error: a refusal names what to fix; the rest are transient."""
+    """An HTTP error status as nspec's error: a refusal names what to fix; the rest are transient. ``unknown_model``
+    marks a refusal of the model itself where a provider says so with another status than 404 (Mistral's 400)."""
     detail = f"{provider} answered {status}: {message[:300]}"
     if status == 401:
         where = creds.variable or "the API key"
         return AuthenticationFailed(provider, model, f"{detail} — the key in {where} was refused; set a valid one")
     if status == 403:
         return PermissionDenied(provider, model, f"{detail} — this key may not use {model}", status)
-    if status == 404:
+    if status == 404 or unknown_model:
         return ModelNotFound(provider, model, f"{detail} — no model {model!r} here; fix the model id", status)
     if status in (400, 413, 422):
         return BadRequest(provider, model, f"{detail} — for {model}", status)

@@ -204,6 +204,18 @@ def _client(creds: Credentials, attempts: int) -> Any:
     return genai.Client(api_key=creds.api_key, http_options=options)
 
 
+def retry_delay(body: Any) -> float | None:
+    """Seconds to wait from a Google error's RetryInfo detail (`"retryDelay": "38s"`, a protobuf Duration), if any:
+    Gemini says when to retry in the body, not in a header."""
+    details = (body.get("error") or {}).get("details") if isinstance(body, dict) else None
+    for detail in details if isinstance(details, list) else []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(detail.get("retryDelay", "")))
+            if match:
+                return float(match.group(1))
+    return None
+
+
 def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | None:
     """The SDK's exception as nspec's, or None when it is not the SDK's."""
     errors = importlib.import_module("google.genai.errors")
@@ -213,6 +225,9 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
         code, message = int(exc.code or 500), str(exc.message or exc)
         if code == 400 and "API key not valid" in message:
             code = 401  # Google answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID)
+        delay = retry_delay(exc.details)
+        if delay is not None:
+            headers = {**(headers or {}), "retry-after-ms": str(round(delay * 1000))}
         return status_error("google", code, message, creds, model, headers)
     if type(exc).__module__.startswith(("httpx", "httpcore")):
         return connection_error("google", exc)
