@@ -8,6 +8,7 @@ current trial per tokenizer, never the run.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from nspec.spec.templates import render
 
 from . import grid as grid_axes
 from .context import BuiltContext, Insert, PromptParts, build_context
+from .counted import CellPlan, CountedSlot
+from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
 from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
 from .needles import CellNeedles, draw_needles, needle_ids
@@ -47,6 +50,7 @@ class Model:
     prompt_override: dict[str, Any]
     entry: dict[str, Any] = field(repr=False)
     api: Provider = field(repr=False)  # what its provider knows: request lines, limits, modes
+    counter: Counter | None = field(default=None, repr=False)  # the provider's counts, once calibrated
 
     @property
     def slug(self) -> str:
@@ -71,13 +75,36 @@ class Cell:
     record: dict[str, Any]  # the cells.jsonl line
     request: dict[str, Any]  # the provider batch input line
     model: Model
+    composed: int | None = None  # the count composed from the provider's counts (calibrate checks it)
 
 
-def models_of(spec: dict[str, Any]) -> list[Model]:
+@dataclass
+class _Draft:
+    """A cell before its context is built: who it is, its prompt, and what goes into its haystack."""
+
+    identity: dict[str, Any]
+    question: str
+    parts: PromptParts
+    inserts: list[Insert]
+    needles: list[dict[str, Any]]
+    expected: list[str]
+    alternates: list[str]
+
+
+def models_of(
+    spec: dict[str, Any], counts: CountsFile | None = None, fetch: dict[str, Fetch] | None = None
+) -> list[Model]:
+    """The spec's models; a model whose provider counts tokens gets a `Counter` when ``counts`` has its counts
+    (compile) or ``fetch`` a way to ask for them (calibrate)."""
     out = []
     for entry in spec["models"]:
         provider, name = entry["id"].split("/", 1)
         api = provider_api(provider)
+        params = dict(entry.get("params", {}))
+        counter = None
+        if api.counts_tokens and ((counts and entry["id"] in counts.models) or (fetch and entry["id"] in fetch)):
+            known = (counts.models.get(entry["id"]) if counts else None) or ModelCounts(f"{provider} count_tokens")
+            counter = Counter(api, entry, params, known, (fetch or {}).get(entry["id"]))
         out.append(
             Model(
                 label=entry.get("name", entry["id"]),
@@ -85,12 +112,13 @@ def models_of(spec: dict[str, Any]) -> list[Model]:
                 provider=provider,
                 name=name,
                 mode=entry.get("mode", "auto"),
-                params=dict(entry.get("params", {})),
+                params=params,
                 max_context=entry.get("max_context"),
                 tokenizer=api.tokenizer(name, entry.get("tokenizer")),
                 prompt_override=dict(entry.get("prompt", {})),
                 entry=entry,
                 api=api,
+                counter=counter,
             )
         )
     return out
@@ -111,11 +139,17 @@ def cell_id(model: Model, identity: dict[str, Any]) -> str:
 class CellMaker:
     """Makes every cell of a resolved spec; holds the tokenised haystacks it needs."""
 
-    def __init__(self, spec: dict[str, Any], source: HaystackSource) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        source: HaystackSource,
+        counts: CountsFile | None = None,
+        fetch: dict[str, Fetch] | None = None,
+    ) -> None:
         self.spec = spec
         self.source = source
         self.seed: int = spec.get("seed", 0)
-        self.models = models_of(spec)
+        self.models = models_of(spec, counts, fetch)
         self.variants = prompt_variants(spec)
         self.lengths = grid_axes.context_lengths(spec["grid"]["context_lengths"])
         self.depths = grid_axes.depths(spec["grid"]["depths"])
@@ -134,6 +168,9 @@ class CellMaker:
         self.repeating: dict[str, int] = {}  # per model: cells whose haystack holds a source more than once
         self.capped: dict[str, int] = {}  # per model: cells shortened to keep a proxy's margin inside max_context
         self.far: dict[str, int] = {}  # per model: needles more than FAR_FROM_DEPTH points from their depth
+        self.uncounted: dict[str, int] = {}  # per calibrated model: cells whose counts the counts file lacks
+        self.inexact: dict[str, int] = {}  # per calibrated model: cells counted only by composition it refuted
+        self.aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
 
@@ -237,11 +274,16 @@ class CellMaker:
                     self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
                     continue
                 slot = _Slot(model, tt, start, variant, prompt, length, trial)
-                yield from (self._stack_cells if self.is_stack else self._text_cells)(slot)
-                for k in range(self.negatives):
-                    yield self._negative_cell(slot, k)
+                drafts = itertools.chain(
+                    (self._stack_cells if self.is_stack else self._text_cells)(slot),
+                    (self._negative_cell(slot, k) for k in range(self.negatives)),
+                )
+                if model.counter is None:
+                    yield from (self._cell(slot, draft, self._proxy_context(slot, draft)) for draft in drafts)
+                else:
+                    yield from self._counted_cells(slot, list(drafts), model.counter)
 
-    def _stack_cells(self, slot: _Slot) -> Iterator[Cell]:
+    def _stack_cells(self, slot: _Slot) -> Iterator[_Draft]:
         questions = self.source.questions
         per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
         if per_trial is not None and per_trial < len(questions):
@@ -267,9 +309,9 @@ class CellMaker:
                         }
                     ]
                     inserts = [Insert(self.source.items[q.item], depth, repeat)]
-                    yield self._cell(slot, identity, q.question, inserts, needles, [q.answer], list(q.alternates))
+                    yield self._draft(slot, identity, q.question, inserts, needles, [q.answer], list(q.alternates))
 
-    def _text_cells(self, slot: _Slot) -> Iterator[Cell]:
+    def _text_cells(self, slot: _Slot) -> Iterator[_Draft]:
         ids = needle_ids(self.spec["needles"])
         for depth in self.depths:
             key = (slot.length, depth, slot.trial)
@@ -287,7 +329,7 @@ class CellMaker:
                 "trial": slot.trial,
                 "needles": ids,
             }
-            yield self._cell(slot, identity, drawn.question, inserts, needles, drawn.expected, drawn.alternates)
+            yield self._draft(slot, identity, drawn.question, inserts, needles, drawn.expected, drawn.alternates)
 
     def _needle_depths(self, drawn: CellNeedles, depth: float, draws: Draws) -> list[float]:
         """Requested depth of every instance: the first at the cell's depth, the rest per `placement`."""
@@ -304,11 +346,7 @@ class CellMaker:
         margin = model.tokenizer.margin
         if model.max_context is None or not margin:
             return length
-        limit = int((model.max_context - reserve) / (1 + margin)) + reserve
-        if length <= limit:
-            return length
-        self.capped[model.label] = self.capped.get(model.label, 0) + 1
-        return limit
+        return min(length, int((model.max_context - reserve) / (1 + margin)) + reserve)
 
     @staticmethod
     def _reference_tokens(model: Model, parts: PromptParts, built: BuiltContext) -> int:
@@ -335,16 +373,29 @@ class CellMaker:
                 )
         return uses
 
-    def _negative_cell(self, slot: _Slot, k: int) -> Cell:
+    def _negative_cell(self, slot: _Slot, k: int) -> _Draft:
         draws = Draws(self.seed, "negative", slot.length, slot.trial, k)
         if self.is_stack:
             question = draws.choice(self.source.questions).question
         else:
             question = draw_needles(self.spec["needles"], draws).question
         identity = {"variant": slot.variant, "length": slot.length, "trial": slot.trial, "negative": k}
-        return self._cell(slot, identity, question, [], [], [], [])
+        return self._draft(slot, identity, question, [], [], [], [])
 
-    def _cell(
+    @staticmethod
+    def _parts(prompt: dict[str, Any], question: str) -> PromptParts:
+        values = {"question": question}
+        user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})
+        prefix, suffix = user.split(_HAYSTACK_MARK)
+        return PromptParts(
+            system=render(prompt["system"], values) if "system" in prompt else None,
+            prefix=prefix,
+            suffix=suffix,
+            prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
+            reserve=prompt.get("reserve_tokens", 300),
+        )
+
+    def _draft(
         self,
         slot: _Slot,
         identity: dict[str, Any],
@@ -353,32 +404,78 @@ class CellMaker:
         needles: list[dict[str, Any]],
         expected: list[str],
         alternates: list[str],
-    ) -> Cell:
-        model, prompt = slot.model, slot.prompt
-        values = {"question": question}
-        user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})
-        prefix, suffix = user.split(_HAYSTACK_MARK)
-        reserve = prompt.get("reserve_tokens", 300)
-        parts = PromptParts(
-            system=render(prompt["system"], values) if "system" in prompt else None,
-            prefix=prefix,
-            suffix=suffix,
-            prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
-            reserve=reserve,
-        )
-        cid = cell_id(model, {"model": model.label, **identity})
+    ) -> _Draft:
+        parts = self._parts(slot.prompt, question)
+        return _Draft(identity, question, parts, inserts, needles, expected, alternates)
+
+    def _cell_id(self, slot: _Slot, draft: _Draft) -> str:
+        return cell_id(slot.model, {"model": slot.model.label, **draft.identity})
+
+    def _proxy_context(self, slot: _Slot, draft: _Draft) -> BuiltContext:
+        """The cell fitted by its model's tokenizer (inside a proxy's margin of max_context)."""
+        model = slot.model
         separator = self.source.separator if self.is_stack else None
-        target = self._fit_target(model, slot.length, reserve)
+        target = self._fit_target(model, slot.length, draft.parts.reserve)
         try:
-            built = build_context(slot.tt, model.tokenizer, slot.start, parts, inserts, target, separator)
+            return build_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target, separator)
         except CompileError as exc:
-            raise CompileError(f"cell {cid} ({model.label}, length {slot.length}): {exc}") from None
+            raise CompileError(
+                f"cell {self._cell_id(slot, draft)} ({model.label}, length {slot.length}): {exc}"
+            ) from None
+
+    def _counted_cells(self, slot: _Slot, drafts: list[_Draft], counter: Counter) -> Iterator[Cell]:
+        """The slot's cells fitted and counted in the provider's counts; estimated by the proxy when the counts
+        file lacks a count they need."""
+        model = slot.model
+        separator = self.source.separator if self.is_stack else None
+        base = self._parts(slot.prompt, "")
+        aim = self.aims.get(model.label)
+        counted = CountedSlot(slot.tt, model.tokenizer, slot.start, base, slot.length, separator, counter, aim)
+        try:
+            built = counted.build([CellPlan(d.parts, d.inserts) for d in drafts])
+        except CompileError as exc:
+            raise CompileError(f"cells of {model.label} at length {slot.length}: {exc}") from None
+        if counted.aim is not None:
+            self.aims[model.label] = counted.aim
+        if built is None:
+            self.uncounted[model.label] = self.uncounted.get(model.label, 0) + len(drafts)
+            yield from (self._cell(slot, draft, self._proxy_context(slot, draft)) for draft in drafts)
+            return
+        for draft, context in zip(drafts, built, strict=True):
+            yield self._cell(slot, draft, context, counter)
+
+    def _cell(self, slot: _Slot, draft: _Draft, built: BuiltContext, counter: Counter | None = None) -> Cell:
+        """The cell's record and request line; with ``counter``, its count is the provider's: the whole cell's
+        where calibrate counted it, else the composed one (exact unless calibrate refuted composing)."""
+        model, parts, needles = slot.model, draft.parts, draft.needles
+        reserve = parts.reserve
+        cid = self._cell_id(slot, draft)
         for needle, actual in zip(needles, built.depths, strict=True):
             needle["depth_actual"] = actual
             if abs(actual - needle["depth_requested"]) > FAR_FROM_DEPTH:
                 self.far[model.label] = self.far.get(model.label, 0) + 1
         uses = self._uses(slot, built.span, cid)
+        request = model.api.request_line(
+            model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
+        )
+        tokens, exact, composed = built.tokens, model.tokenizer.exact, None
+        length: dict[str, Any] = {"counted_by": model.tokenizer.name}
+        if counter is not None:
+            composed, whole = built.tokens, counter.known_line(request)
+            tokens = composed if whole is None else whole
+            exact = whole is not None or counter.composes
+            length = {"counted_by": counter.known.counted_by}
+            if not exact:
+                self.inexact[model.label] = self.inexact.get(model.label, 0) + 1
+        else:
+            if model.tokenizer.margin:
+                length["margin"] = model.tokenizer.margin
+            target = self._fit_target(model, slot.length, reserve)
+            if target < slot.length:
+                length["fitted_to"] = target
+                self.capped[model.label] = self.capped.get(model.label, 0) + 1
         max_tokens = model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve))
+        identity = draft.identity
         record = {
             "cell_id": cid,
             "model": model.label,
@@ -386,29 +483,24 @@ class CellMaker:
             "prompt": slot.variant,
             "context_length": {
                 "target": slot.length,
-                "actual": built.tokens + reserve,
-                "prompt": built.tokens,
+                "actual": tokens + reserve,
+                "prompt": tokens,
                 "haystack": built.haystack_tokens,
                 "o200k": self._reference_tokens(model, parts, built),
                 "characters": sum(len(t) for t in (parts.system, built.user, parts.prefill) if t is not None),
-                "counted_by": model.tokenizer.name,
-                **({"margin": model.tokenizer.margin} if model.tokenizer.margin else {}),
-                **({"fitted_to": target} if target < slot.length else {}),
+                **length,
             },
-            "tokens_exact": model.tokenizer.exact,
+            "tokens_exact": exact,
             "depth": {"requested": identity.get("depth"), "actual": needles[0]["depth_actual"] if needles else None},
             "trial": slot.trial,
             "repeat": identity.get("repeat"),
             "item": identity.get("item"),
             "needles": needles,
-            "question": question,
-            "expected": expected,
-            "alternates": alternates,
+            "question": draft.question,
+            "expected": draft.expected,
+            "alternates": draft.alternates,
             "negative": "negative" in identity,
             "max_tokens": max_tokens,
             "haystack_uses": uses,
         }
-        request = model.api.request_line(
-            model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
-        )
-        return Cell(record, request, model)
+        return Cell(record, request, model, composed)

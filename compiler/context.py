@@ -105,10 +105,11 @@ def build_context(
         if tt.boundary(end):
             return _with_haystack(fit.moving_start(tt.next("clean", end - room, end), end, floor=start), target)
     end = tt.last(mode, start + room, start)
-    if at_end and stack_separator is None and start + room - end > BOUNDARY_REACH:
+    if at_end and stack_separator is None and (start + room - end > BOUNDARY_REACH or end == start):
         raise FitError(
-            f"no sentence ends within {BOUNDARY_REACH} tokens of the haystack's end (token {start + room}), "
-            "so a needle at depth 100 cannot follow a whole sentence"
+            f"no sentence ends between the haystack's start (token {start}) and the end of its room (token "
+            f"{start + room}, or {BOUNDARY_REACH} tokens before it), so a needle at depth 100 cannot follow a whole "
+            "sentence: use a longer context"
         )
     return _with_haystack(fit.moving_end(start, end, mode), target)
 
@@ -215,6 +216,12 @@ def _assemble(
     stack_separator: str | None,
 ) -> tuple[list[str | tuple[int, int]], tuple[float, ...]]:
     """The pieces of the haystack part (text, or (a, b) token ranges) and each insert's actual depth."""
+    positions = place(tt, start, end, inserts, sizes, stack_separator is None)
+    return assemble_at(tt, start, end, positions, inserts, texts, sizes, stack_separator)
+
+
+def place(tt: TokenizedText, start: int, end: int, inserts: list[Insert], sizes: list[int], bounded: bool) -> list[int]:
+    """Where each insert goes in the haystack tokens [start, end): a boundary near its depth."""
     span = end - start
     # Depths refer to the final context, other needles included: place in order of depth, each aimed at its share
     # of (haystack + every needle but itself), less the needle tokens already placed before it.
@@ -226,9 +233,24 @@ def _assemble(
             positions[i] = end
         elif depth > 0:
             wanted = start + round((span + sum(sizes) - sizes[i]) * depth / 100) - placed
-            positions[i] = _boundary_near(tt, min(end, max(floor, wanted)), floor, end, stack_separator is None)
+            positions[i] = _boundary_near(tt, min(end, max(floor, wanted)), floor, end, bounded)
         positions[i] = max(positions[i], floor)
         floor, placed = positions[i], placed + sizes[i]
+    return positions
+
+
+def assemble_at(
+    tt: TokenizedText,
+    start: int,
+    end: int,
+    positions: list[int],
+    inserts: list[Insert],
+    texts: list[str],
+    sizes: list[int],
+    stack_separator: str | None,
+) -> tuple[list[str | tuple[int, int]], tuple[float, ...]]:
+    """The pieces of the haystack part with each insert at its given position, and each insert's actual depth."""
+    span = end - start
     order = sorted(range(len(inserts)), key=lambda i: (positions[i], inserts[i].depth, i))
     pieces: list[str | tuple[int, int]] = []
     cursor = start

@@ -24,6 +24,7 @@ from nspec.errors import CompileError, writing
 from nspec.inputs import Confinement
 
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model
+from .counts import CountsFile, Fetch
 from .haystack import HaystackSource, load_haystack
 from .prices import price_for, price_table
 
@@ -60,8 +61,11 @@ class ModelTotals:
     output_tokens_max: int = 0
     shards: list[dict[str, Any]] = field(default_factory=list)
 
+    inexact_cells: int = 0
+
     def add(self, cell: Cell) -> None:
         self.cells += 1
+        self.inexact_cells += not cell.record["tokens_exact"]
         self.negative_controls += cell.record["negative"]
         self.input_tokens += cell.record["context_length"]["prompt"]
         self.output_tokens_max += cell.record["max_tokens"]
@@ -81,11 +85,11 @@ class ModelTotals:
             "id": model.model_id,
             "mode": mode,
             "format": model.api.request_format,
-            "tokenizer": {
-                "name": model.tokenizer.name,
-                "exact": model.tokenizer.exact,
-                "margin": model.tokenizer.margin,
-            },
+            "tokenizer": (
+                {"name": model.counter.known.counted_by, "exact": self.inexact_cells == 0, "margin": 0.0}
+                if model.counter is not None
+                else {"name": model.tokenizer.name, "exact": model.tokenizer.exact, "margin": model.tokenizer.margin}
+            ),
             "cells": self.cells,
             "negative_controls": self.negative_controls,
             "dropped_cells": dropped,
@@ -118,18 +122,29 @@ class Plan:
         }
 
 
-def _prepare(
-    spec: dict[str, Any], base_dir: str, confinement: Confinement | None, max_cells: int
+def prepare(
+    spec: dict[str, Any],
+    base_dir: str,
+    confinement: Confinement | None,
+    max_cells: int,
+    counts: CountsFile | None = None,
+    fetch: dict[str, Fetch] | None = None,
 ) -> tuple[HaystackSource, CellMaker, str]:
+    """The haystack, the cell maker (with ``counts``, and ``fetch`` to ask for missing ones: calibrate) and the
+    compile hash of a resolved spec, its grid checked against ``max_cells`` first."""
     source = load_haystack(spec["haystack"], base_dir, confinement)
-    maker = CellMaker(spec, source)
+    maker = CellMaker(spec, source, counts, fetch)
     cells = maker.count()
     if cells > max_cells:
         raise CompileError(
             f"the grid makes {cells:,} cells, more than the cap of {max_cells:,}: shrink the grid (lengths, depths, "
             "trials, models, prompts, repeats, questions), or raise the cap with --max-cells"
         )
-    return source, maker, compile_hash(spec, source, [m.tokenizer.name for m in maker.models])
+    counted = [
+        m.tokenizer.name if m.counter is None else f"{m.counter.known.counted_by}:{m.counter.known.digest()}"
+        for m in maker.models
+    ]
+    return source, maker, compile_hash(spec, source, counted)
 
 
 def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:
@@ -177,7 +192,9 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
                 }
             )
         tokenizer = model.tokenizer
-        if not tokenizer.exact:
+        if model.counter is not None:
+            out.extend(_count_notes(maker, model, entry["cells"]))
+        elif not tokenizer.exact:
             capped = maker.capped.get(label, 0)
             message = (
                 f"{label}: token counts are estimated ({tokenizer.name}); the real count may be up to "
@@ -190,6 +207,8 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
                     f"; {capped} cells were fitted {tokenizer.margin:.0%} inside max_context ({model.max_context:,}) "
                     "so the real prompt still fits"
                 )
+            if model.api.counts_tokens:
+                message += "; `nspec calibrate SPEC` counts them exactly (the provider's count-tokens endpoint is free)"
             out.append({"kind": "estimated_tokens", "model": label, "cells": capped, "message": message})
         far = maker.far.get(label, 0)
         if far:
@@ -215,12 +234,38 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
     return out
 
 
+def _count_notes(maker: CellMaker, model: Model, cells: int) -> list[dict[str, Any]]:
+    """What a calibrated model's counts fell back to: cells the counts file has no counts for, and cells counted
+    only by a composition that calibrate found wrong for this model."""
+    notes = []
+    uncounted, inexact = maker.uncounted.get(model.label, 0), maker.inexact.get(model.label, 0)
+    if uncounted:
+        message = (
+            f"{model.label}: {uncounted} of {cells} cells are estimated ({model.tokenizer.name}, margin "
+            f"{model.tokenizer.margin:.0%}): the counts file has no counts for them (the spec changed since it was "
+            "calibrated); run `nspec calibrate SPEC` again"
+        )
+        notes.append({"kind": "estimated_tokens", "model": model.label, "cells": uncounted, "message": message})
+    if inexact:
+        message = (
+            f"{model.label}: {inexact} of {cells} cells' counts are composed, and calibrate found composed counts "
+            "wrong for this model; run `nspec calibrate SPEC` again to count them whole"
+        )
+        notes.append({"kind": "estimated_tokens", "model": model.label, "cells": inexact, "message": message})
+    return notes
+
+
 def plan(
-    spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None, max_cells: int = DEFAULT_MAX_CELLS
+    spec: dict[str, Any],
+    base_dir: str,
+    confinement: Confinement | None = None,
+    max_cells: int = DEFAULT_MAX_CELLS,
+    counts: CountsFile | None = None,
 ) -> Plan:
     """Every cell made and counted, nothing written. Haystack files outside ``confinement`` are refused; a grid of
-    more than ``max_cells`` cells is refused before any work."""
-    source, maker, digest = _prepare(spec, base_dir, confinement, max_cells)
+    more than ``max_cells`` cells is refused before any work; models with ``counts`` are fitted and counted in
+    them."""
+    source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
     totals = {m.label: ModelTotals(m) for m in maker.models}
     for cell in maker.cells():
         totals[cell.model.label].add(cell)
@@ -288,11 +333,13 @@ def compile_run(
     provenance: dict[str, Any],
     confinement: Confinement | None = None,
     max_cells: int = DEFAULT_MAX_CELLS,
+    counts: CountsFile | None = None,
 ) -> CompileResult:
     """Write the run directory of a resolved spec under ``out_root/<name>/<run id>``. Haystack files outside
     ``confinement`` (when given: `nspec.spec.load_spec` makes it) are refused unread; a grid of more than
-    ``max_cells`` cells is refused before any work."""
-    source, maker, digest = _prepare(spec, base_dir, confinement, max_cells)
+    ``max_cells`` cells is refused before any work; models with ``counts`` (the provider's, from the spec's counts
+    file) are fitted and counted in them."""
+    source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
     parent = Path(out_root) / spec["name"]
     final = parent / digest[:12]
     if (final / "manifest.json").is_file():

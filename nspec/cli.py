@@ -165,7 +165,7 @@ def plan(
 
     loaded = load_spec(spec, allow_path or ())
     _print_issues(_stderr(), loaded.warnings, "warning: ")
-    planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells)
+    planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
     from nspec.runners.pipeline import destinations
 
     sends = destinations(loaded.data)
@@ -239,6 +239,47 @@ def compile_command(
     if not compiled.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
     _stdout().print(str(compiled.path), markup=False)
+
+
+@app.command()
+def calibrate(
+    spec: Annotated[str, typer.Argument(help="The spec file.")],
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="Only this model (its id or name); repeat for more.")
+    ] = None,
+    allow_path: AllowPaths = None,
+    max_cells: MaxCells = DEFAULT_MAX_CELLS,
+) -> None:
+    """Ask the providers that count tokens (Anthropic, Gemini) for the counts the spec's cells need and write them
+    beside it (<spec>.counts.json, for git): compile then fits and counts those models exactly. Free calls."""
+    from nspec.runners import calibrate as calibration
+    from nspec.runners.pipeline import destinations
+
+    loaded = load_spec(spec, allow_path or ())
+    counting = {m["id"] for m in loaded.data["models"] if not model or m["id"] in model or m.get("name") in model}
+    out = _stdout()
+    for sent in destinations({"models": [m for m in loaded.data["models"] if m["id"] in counting]}):
+        out.print(f"sends to: {sent} (count-tokens calls only)", markup=False)
+    with _Progress() as events:
+        result = calibration.calibrate(spec, allow_path or (), model or (), events, max_cells)
+    for m in result.models:
+        if m.skipped:
+            out.print(f"{m.model}: skipped: {m.skipped}", markup=False)
+            continue
+        checked = (
+            f"composed counts agree with whole-cell counts on {m.checked} cells"
+            if m.composition == "verified"
+            else f"composed counts disagree with whole-cell counts ({'; '.join(m.disagreed[:3])}): every cell "
+            "counted whole"
+            if m.composition == "rejected"
+            else "composition not checked"
+        )
+        out.print(
+            f"{m.model}: {m.cells:,} cells; {m.asked:,} counts asked of {m.counted_by}, {m.reused:,} were in the "
+            f"file; {checked}",
+            markup=False,
+        )
+    out.print(f"wrote {result.path}", markup=False)
 
 
 def _usd(value: float | None) -> str:
@@ -637,6 +678,16 @@ class _Progress:
             self.bar.update(self.task, advance=1, cost=f"${event.cost_usd:.4f}")
         elif event.name == "live-end":
             self._stop()
+        elif event.name == "count-wait":
+            _stderr().print(f"{event.detail}; asking again in {event.delay:.1f}s", markup=False)
+        elif event.name == "counted" and sys.stderr.isatty():
+            if self.bar is None:
+                columns = (TextColumn("counting"), MofNCompleteColumn(), _Rate(), TextColumn("{task.fields[cost]}"))
+                self.bar = Progress(*columns, console=Console(stderr=True), transient=True)
+                self.bar.start()
+                self.task = self.bar.add_task("calibrate", total=None, cost="")
+            if self.task is not None:
+                self.bar.update(self.task, advance=1, cost=event.detail)
 
     def _stop(self) -> None:
         if self.bar is not None:

@@ -11,16 +11,19 @@ from typing import Any
 
 from nspec.compiler.haystack import haystack_paths
 from nspec.spec import LoadedSpec
+from nspec.spec.loader import counts_file
 
 
 def input_files(loaded: LoadedSpec) -> list[tuple[str, str]]:
-    """(path, role) of every file a compile of ``loaded`` reads, roles: spec, include, haystack, stack."""
+    """(path, role) of every file a compile of ``loaded`` reads, roles: spec, include, haystack, stack, counts."""
     files = [(loaded.files[0], "spec"), *((f, "include") for f in loaded.files[1:])]
     haystack = loaded.data["haystack"]
     if "files" in haystack:
         files += [(p, "haystack") for p in haystack_paths(haystack, loaded.base_dir)]
     if "stack" in haystack:
         files += [(os.path.join(loaded.base_dir, haystack["stack"][k]), "stack") for k in ("items", "questions")]
+    if loaded.counts is not None:
+        files.append((counts_file(loaded.file), "counts"))
     return [(os.path.normpath(path), role) for path, role in files]
 
 
@@ -51,7 +54,8 @@ def summary(provenance: dict[str, Any]) -> str:
     """One line: how many inputs, at which commit, and which differ from it."""
     files = provenance["files"]
     roles = [f["role"] for f in files]
-    counted = ", ".join(f"{roles.count(r)} {r}" for r in ("spec", "include", "haystack", "stack") if r in roles)
+    kinds = ("spec", "include", "haystack", "stack", "counts")
+    counted = ", ".join(f"{roles.count(r)} {r}" for r in kinds if r in roles)
     git = provenance["git"]
     if git is None:
         return f"inputs: {counted} (not in a git work tree)"

@@ -113,6 +113,15 @@ class LiveClient(Protocol):
     async def close(self) -> None: ...
 
 
+class TokenCounter(Protocol):
+    """A provider's count-tokens endpoint (free to call): what `nspec calibrate` asks."""
+
+    def count(self, body: dict[str, Any]) -> int:
+        """The input tokens of ``body`` (a `Provider.count_request`). Raises nspec's errors: `Refused` for a key,
+        model or request the provider refuses, `ProviderError` for what trying again may fix."""
+        ...
+
+
 class Provider(Protocol):
     """Everything specific to one API. See the module docstring; docs/providers.md describes each part."""
 
@@ -172,6 +181,11 @@ class Provider(Protocol):
         ...
 
     @property
+    def counts_tokens(self) -> bool:
+        """Whether it has a count-tokens endpoint (`count_request`, `token_counter`): `nspec calibrate` uses it."""
+        ...
+
+    @property
     def default_concurrency(self) -> int:
         """Live calls at once for a model whose `rate_limits` do not say."""
         ...
@@ -227,8 +241,18 @@ class Provider(Protocol):
         needle is cut from it)."""
         ...
 
+    def count_request(self, line: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What its count-tokens endpoint is asked to count one of its request lines (the parts that make input
+        tokens, nothing else), or None when it has no such endpoint: its counts then stay as its tokenizer makes
+        them. Pure; `nspec calibrate` keys the counts it gets by this body."""
+        ...
+
     def batches(self, creds: Credentials) -> BatchClient: ...
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> LiveClient: ...
+    def token_counter(self, creds: Credentials) -> TokenCounter:
+        """Its count-tokens endpoint (only where `count_request` gives a body)."""
+        ...
+
     def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders: ...
 
 
@@ -269,7 +293,8 @@ def provider(name: str) -> Provider:
     points = _entry_points()
     if name not in points:
         known = ", ".join(sorted(points)) or "none"
-        raise UserError(f"unknown provider {name!r}: the installed providers are {known}")
+        meant = {"gemini": " (Gemini models are google/<model>)", "claude": " (Claude models are anthropic/<model>)"}
+        raise UserError(f"unknown provider {name!r}{meant.get(name, '')}: the installed providers are {known}")
     try:
         loaded: Provider = points[name].load()
     except Exception as exc:  # a plugin that cannot load is the plugin's fault, said as such

@@ -10,10 +10,10 @@ class ContextLength(TypedDict):
     target: int  # the grid's length
     actual: int  # request tokens plus reserve_tokens
     prompt: int  # request tokens, in the model's tokenizer
-    haystack: int  # haystack and needle tokens
+    haystack: int  # haystack and needle tokens (in o200k_base for a proxy's or a provider's counts)
     o200k: int  # the request in the reference tokenizer
     characters: int  # of the message texts
-    counted_by: str  # the tokenizer
+    counted_by: str  # the tokenizer, or the provider's count-tokens endpoint (`nspec calibrate`)
     margin: NotRequired[float]  # a proxy's: how much higher the real count may be
     fitted_to: NotRequired[int]  # the length a proxy's margin shortened the cell to
 

@@ -17,7 +17,9 @@ class Event:
     - ``waiting``: ``pending`` requests are not done; the next poll is in ``delay`` seconds;
     - ``compiled``: the run directory is ``detail`` (a `run` call says it before it sends anything);
     - ``destinations``: where requests will go and with which key variables (``detail``), before any is sent;
-    - ``lock-wait``: another process works in the run directory (``detail`` names it); waiting for it to finish.
+    - ``lock-wait``: another process works in the run directory (``detail`` names it); waiting for it to finish;
+    - ``counted``: calibrate asked one more count of the model ``detail``;
+    - ``count-wait``: calibrate waits ``delay`` seconds before asking again (``detail`` says why).
     """
 
     name: str

@@ -86,7 +86,9 @@ def compile_spec(
     The spec reads files under its root only, and under the folders ``allowed``; a grid of more than ``max_cells``
     cells is refused."""
     loaded = load_spec(spec_file, allowed)
-    result = compile_run(loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells)
+    result = compile_run(
+        loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
+    )
     return Compiled(result.path, result.path.name, result.created, destinations(loaded.data))
 
 

@@ -62,9 +62,11 @@ def test_built_context_is_exact(haystacks, name, length, depths, offset, prefix,
     inserts = [Insert(text, depth) for text, depth in zip(needles, depths, strict=True)]
     try:
         built = build_context(tt, tokenizer, start, parts, inserts, length)
-    except FitError:
+    except FitError as exc:
         own = fixed_tokens(tokenizer, parts) + sum(len(tokenizer.encode(n)) for n in needles) + 60
-        assert length < tokenizer.scale(own) + reserve  # only when the prompt and needles alone nearly fill it
+        # Only when the prompt and needles alone nearly fill it, or when a needle must follow a whole sentence and
+        # no sentence ends in the room left.
+        assert length < tokenizer.scale(own) + reserve or (100.0 in depths and "whole sentence" in str(exc))
         return
     # The recorded count is the real one, and the request fits with almost nothing to spare (a needle at the very
     # end follows the last whole sentence that fits, so up to a sentence may be left).

@@ -7,13 +7,19 @@ and paths of files rewritten relative to the root spec's folder, so it can be wr
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
+from nspec.compiler.counts import COUNTS_SUFFIX, CountsFile
 from nspec.errors import Location, SpecError, SpecIssue
-from nspec.inputs import Confinement
+from nspec.inputs import Confinement, read_input
 from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
 from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document
@@ -36,6 +42,7 @@ class LoadedSpec:
     files: list[str] = field(default_factory=list)  # every file read, root first
     warnings: list[SpecIssue] = field(default_factory=list)  # valid, but probably not what was meant
     confinement: Confinement | None = None  # the folders its files may lie in (None: anywhere)
+    counts: CountsFile | None = None  # its providers' token counts (`nspec calibrate`), when it has some
 
     @property
     def base_dir(self) -> str:
@@ -57,7 +64,45 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     if issues:
         raise SpecError(issues)
     resolved = fill_defaults(data)
-    return LoadedSpec(file, resolved, source, files, checks.warnings(data, source), confinement)
+    counts = load_counts(file)
+    return LoadedSpec(file, resolved, source, files, checks.warnings(data, source), confinement, counts)
+
+
+COUNTS_LIMIT = 1 << 30  # bytes: a million cells' counts fit many times over
+
+
+def counts_file(spec_file: str) -> str:
+    """Where a spec's provider token counts are kept: beside it, `<spec name>.counts.json`."""
+    return os.path.splitext(spec_file)[0] + COUNTS_SUFFIX
+
+
+@functools.cache
+def _counts_validator() -> Draft202012Validator:
+    schema = json.loads(resources.files("nspec.schemas").joinpath("counts.v1.json").read_text("utf-8"))
+    return Draft202012Validator(schema)
+
+
+def load_counts(spec_file: str) -> CountsFile | None:
+    """The counts file beside ``spec_file``, checked against schemas/counts.v1.json; None when there is none."""
+    path = counts_file(spec_file)
+    if not os.path.lexists(path):
+        return None
+    data = read_input(path, COUNTS_LIMIT)
+    try:
+        parsed = json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise SpecError([SpecIssue(Location(path, 1, 1), "", f"is not UTF-8 text ({exc.reason})")]) from None
+    except json.JSONDecodeError as exc:
+        where = Location(path, exc.lineno, exc.colno)
+        raise SpecError([SpecIssue(where, "", f"is not JSON ({exc.msg}): rerun nspec calibrate")]) from None
+    errors = sorted(_counts_validator().iter_errors(parsed), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        issues = [
+            SpecIssue(Location(path, 1, 1), ".".join(map(str, e.absolute_path)), f"{e.message[:300]}")
+            for e in errors[:20]
+        ]
+        raise SpecError(issues)
+    return CountsFile.from_dict(parsed)
 
 
 def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str], confinement: Confinement) -> Document:

@@ -14,7 +14,7 @@ from starlette.routing import Route, Router
 
 from nspec.runners.emulator import anthropic_batches
 from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
-from nspec.runners.emulator.generation import anthropic_message, count_tokens
+from nspec.runners.emulator.generation import anthropic_message, anthropic_prompt_tokens
 from nspec.runners.emulator.models import anthropic_refusal
 
 
@@ -65,8 +65,7 @@ def router(api: Api) -> Router:
         if not api.serves("anthropic", body["model"]):
             refusal = anthropic_refusal(body["model"])
             raise ApiError(404, refusal["type"], refusal["message"])
-        prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
-        headers = api.live_limit("anthropic", body, prompt, int(body["max_tokens"]))
+        headers = api.live_limit("anthropic", body, anthropic_prompt_tokens(body), int(body["max_tokens"]))
         await asyncio.sleep(config.timing.live_latency_seconds)
         message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8))
         emu.answered["anthropic"] += 1
@@ -77,13 +76,12 @@ def router(api: Api) -> Router:
         body = await api.json_body(request, "anthropic")
         if not isinstance(body, dict) or "messages" not in body or "model" not in body:
             raise ApiError(400, "invalid_request_error", "messages: Field required")
-        system = body.get("system")
-        texts = [system if isinstance(system, str) else json.dumps(system)] if system else []
-        texts += [
-            m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
-            for m in body["messages"]
-        ]
-        return JSONResponse({"input_tokens": 3 + sum(4 + count_tokens(t) for t in texts)})
+        if not isinstance(body["messages"], list) or not body["messages"]:
+            raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
+        if not api.serves("anthropic", str(body["model"])):
+            refusal = anthropic_refusal(str(body["model"]))
+            raise ApiError(404, refusal["type"], refusal["message"])
+        return JSONResponse({"input_tokens": anthropic_prompt_tokens(body)})
 
     routes += [messages, count]
 

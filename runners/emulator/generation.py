@@ -216,8 +216,8 @@ def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> d
         "stop_reason": "max_tokens" if cut else "end_turn",
         "stop_sequence": None,
         "usage": {
-            "input_tokens": _prompt_tokens(system_text, messages),
-            "output_tokens": count_tokens(text),
+            "input_tokens": anthropic_prompt_tokens(body),
+            "output_tokens": counted_tokens(text),
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
             "service_tier": "batch" if key.startswith("batch:") else "standard",
@@ -229,6 +229,15 @@ def counted_tokens(text: str) -> int:
     """What the emulated Gemini and Claude count for a text: cl100k_base, on purpose not the o200k_base that nspec's
     proxy counts with, so that a test can tell an estimated length from a calibrated one."""
     return len(encoding("cl100k_base").encode(text))
+
+
+def anthropic_prompt_tokens(body: dict[str, Any]) -> int:
+    """A Messages request's input tokens, the same in usage and in count_tokens: its texts (cl100k, as
+    `counted_tokens`), 4 per message and the system prompt, and 3 priming the reply."""
+    system = body.get("system")
+    texts = [system if isinstance(system, str) else message_text(system)] if system else []
+    texts += [message_text(m.get("content")) for m in body["messages"]]
+    return 3 + sum(4 + counted_tokens(t) for t in texts)
 
 
 def google_prompt_tokens(request: dict[str, Any]) -> int:

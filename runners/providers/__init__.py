@@ -27,7 +27,7 @@ from nspec.errors import (
     ServerError,
     UserError,
 )
-from nspec.providers import SDK_RETRIES_ENV, Credentials, Outcome, RateHeaders, message_text
+from nspec.providers import SDK_RETRIES_ENV, Credentials, Outcome, RateHeaders, TokenCounter, message_text
 
 
 class BaseProvider:
@@ -43,6 +43,7 @@ class BaseProvider:
     optional_batch = False  # whether a model entry's `batch_api` says if its server has a batch API
     endpoints: tuple[str, ...] = ()  # the values a model entry's `endpoint` may take
     priced = True  # whether the shipped price table lists its models (a self-hosted server's cannot be)
+    counts_tokens = False  # whether it has a count-tokens endpoint (`count_request`, `token_counter`)
 
     official_hosts: tuple[str, ...] = ()
     base_url_variable: str | None = None  # the environment variable the SDK reads its base URL from
@@ -67,7 +68,14 @@ class BaseProvider:
         counter = self.tokenizer("", None)
         if counter.exact:
             return f"exact ({counter.name})"
-        return f"estimated ({counter.name}, margin {counter.margin:.0%})"
+        calibrated = "; exact after nspec calibrate" if self.counts_tokens else ""
+        return f"estimated ({counter.name}, margin {counter.margin:.0%}){calibrated}"
+
+    def count_request(self, line: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None  # no count-tokens endpoint
+
+    def token_counter(self, creds: Credentials) -> TokenCounter:
+        raise UserError(f"{self.name} has no count-tokens endpoint")
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues: list[tuple[tuple[str | int, ...], str]] = []

@@ -5,7 +5,8 @@
 - Batches carry no metadata: an interrupted create is found again among the batches created after the recorded
   intent with the shard's request count (see `runners.batch`).
 - Tokens: no exact offline tokenizer exists for Claude 3 and later; counts are a proxy (o200k_base times a factor)
-  with a margin, unless the spec says otherwise.
+  with a margin, unless the spec says otherwise, or exact from the free count_tokens endpoint after
+  `nspec calibrate` (`count_request`, `AnthropicCounter`).
 - Rate limits: `anthropic-ratelimit-{requests,tokens}-{limit,remaining}`.
 """
 
@@ -31,6 +32,9 @@ from nspec.runners.providers import (
     stream_lines,
 )
 
+# What count_tokens takes of a Messages request (docs.anthropic.com, "Count Message tokens"): the rest of a request
+# (max_tokens, temperature, ...) makes no input tokens.
+_COUNTED = ("model", "system", "messages", "tools", "tool_choice", "thinking")
 # Result error types that say the request itself is at fault: sending it again cannot help.
 _FINAL = ("invalid_request_error", "authentication_error", "permission_error")
 
@@ -70,6 +74,7 @@ class Anthropic(BaseProvider):
     official_hosts = ("api.anthropic.com",)
     base_url_variable = "ANTHROPIC_BASE_URL"
     official_base_url = "https://api.anthropic.com"
+    counts_tokens = True
 
     def shard_limits(self) -> ShardLimits:
         return ShardLimits(100_000, 256 * 1000 * 1000)
@@ -110,6 +115,13 @@ class Anthropic(BaseProvider):
         system = params.get("system")
         head = [system if isinstance(system, str) else chat_text([{"content": system}])] if system else []
         return "\n\n".join([*head, chat_text(params["messages"])])
+
+    def count_request(self, line: Mapping[str, Any]) -> dict[str, Any] | None:
+        params = line["params"]
+        return {k: params[k] for k in _COUNTED if k in params}
+
+    def token_counter(self, creds: Credentials) -> AnthropicCounter:
+        return AnthropicCounter(creds)
 
     def batches(self, creds: Credentials) -> AnthropicBatches:
         return AnthropicBatches(creds)
@@ -208,6 +220,25 @@ class AnthropicBatches:
 
     def cancel(self, batch_id: str) -> None:
         self._call("message batches", self.client.messages.batches.cancel, batch_id)
+
+
+class AnthropicCounter:
+    """Anthropic's count_tokens (the SDK's retries off: calibrate retries)."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self.client = sdk("anthropic", "anthropic").Anthropic(
+            api_key=creds.api_key, base_url=creds.base_url, max_retries=0
+        )
+
+    def count(self, body: dict[str, Any]) -> int:
+        try:
+            return int(self.client.messages.count_tokens(**body).input_tokens)
+        except Exception as exc:
+            mapped = _error(self.creds, str(body.get("model")), exc)
+            if mapped is None:
+                raise
+            raise mapped from None
 
 
 class AnthropicLive:

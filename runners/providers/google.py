@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -134,6 +136,7 @@ class Google(BaseProvider):
     official_hosts: tuple[str, ...] = ("generativelanguage.googleapis.com",)
     official_base_url: str | None = "https://generativelanguage.googleapis.com"
     default_concurrency = 8
+    counts_tokens = True
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues = super().model_issues(entry)
@@ -153,6 +156,13 @@ class Google(BaseProvider):
 
     def shard_limits(self) -> ShardLimits:
         return ShardLimits(100_000, 2_000_000_000)
+
+    def count_request(self, line: Mapping[str, Any]) -> dict[str, Any] | None:
+        request = line["request"]
+        return {"generateContentRequest": {k: v for k, v in request.items() if k != "generationConfig"}}
+
+    def token_counter(self, creds: Credentials) -> GoogleCounter:
+        return GoogleCounter(creds)
 
     def request_line(
         self,
@@ -222,16 +232,24 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     if isinstance(exc, errors.APIError):
         response = getattr(exc, "response", None)
         headers = getattr(response, "headers", None)
-        code, message = int(exc.code or 500), str(exc.message or exc)
-        if code == 400 and "API key not valid" in message:
-            code = 401  # Google answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID)
-        delay = retry_delay(exc.details)
-        if delay is not None:
-            headers = {**(headers or {}), "retry-after-ms": str(round(delay * 1000))}
-        return status_error("google", code, message, creds, model, headers)
+        return _status_error(creds, model, int(exc.code or 500), exc.details, headers)
     if type(exc).__module__.startswith(("httpx", "httpcore")):
         return connection_error("google", exc)
     return None
+
+
+def _status_error(
+    creds: Credentials, model: str, code: int, body: Any, headers: Mapping[str, str] | None
+) -> NspecError:
+    """An error status with Google's error body (`{"error": {code, message, status, details}}`) as nspec's error."""
+    error = body.get("error") if isinstance(body, dict) else None
+    message = str(error.get("message")) if isinstance(error, dict) and error.get("message") else str(body)
+    if code == 400 and "API key not valid" in message:
+        code = 401  # Google answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID)
+    delay = retry_delay(body)
+    if delay is not None:
+        headers = {**(headers or {}), "retry-after-ms": str(round(delay * 1000))}
+    return status_error("google", code, message, creds, model, headers)
 
 
 def _display_name(metadata: Mapping[str, str]) -> str:
@@ -295,6 +313,36 @@ class GoogleBatches:
 
     def cancel(self, batch_id: str) -> None:
         self._call("batches", self.client.batches.cancel, name=batch_id)
+
+
+class GoogleCounter:
+    """Gemini's countTokens over plain HTTP (the standard library's): the SDK's `count_tokens` refuses a system
+    instruction on the Gemini API (Vertex only), while the REST method counts a whole GenerateContentRequest
+    (`generateContentRequest`)."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self.base = (creds.base_url or "https://generativelanguage.googleapis.com").rstrip("/")
+
+    def count(self, body: dict[str, Any]) -> int:
+        model = str(body["generateContentRequest"]["model"]).removeprefix("models/")
+        request = urllib.request.Request(
+            f"{self.base}/v1beta/models/{model}:countTokens",
+            data=json.dumps(body).encode(),
+            headers={"x-goog-api-key": self.creds.api_key or "", "content-type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return int(json.loads(response.read())["totalTokens"])
+        except urllib.error.HTTPError as exc:
+            try:
+                answer = json.loads(exc.read())
+            except ValueError:
+                answer = {"error": {"message": f"status {exc.code}, not JSON"}}
+            raise _status_error(self.creds, model, exc.code, answer, dict(exc.headers)) from None
+        except (OSError, ValueError, KeyError) as exc:  # no connection, a cut-off or malformed answer
+            raise connection_error("google", exc) from None
 
 
 class GoogleLive:
