@@ -114,7 +114,7 @@ def models_of(
                 mode=entry.get("mode", "auto"),
                 params=params,
                 max_context=entry.get("max_context"),
-                tokenizer=api.tokenizer(name, entry.get("tokenizer")),
+                tokenizer=api.tokenizer(entry.get("base_model", name), entry.get("tokenizer")),
                 prompt_override=dict(entry.get("prompt", {})),
                 entry=entry,
                 api=api,

@@ -280,7 +280,7 @@ class ShardWriter:
     def __init__(
         self, folder: Path, model: Model, caps: dict[str, Any], stage: str = "answers", round_name: str = ""
     ) -> None:
-        max_lines, max_bytes = model.api.shard_limits()
+        max_lines, max_bytes = model.api.shard_limits(model.entry)
         self.max_lines = min(max_lines, caps.get("max_requests", max_lines))
         self.max_bytes = min(max_bytes, caps.get("max_bytes", max_bytes))
         self.folder, self.model, self.stage = folder, model, stage

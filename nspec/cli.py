@@ -719,8 +719,8 @@ def emulator(
     state: Annotated[str | None, typer.Option(help="Folder that keeps batches and files across restarts.")] = None,
     realistic: Annotated[bool, typer.Option(help="Batch durations like a busy real service.")] = False,
 ) -> None:
-    """A local API server for every supported provider (OpenAI, Anthropic, Gemini, Mistral; batch and live) for
-    rehearsals and tests."""
+    """A local API server for every supported provider (OpenAI, Azure OpenAI, Groq, Anthropic, Gemini, Mistral,
+    Together; batch and live) for rehearsals and tests."""
     from nspec.runners.emulator import Emulator, load_config
 
     settings = load_config(config, realistic)
@@ -735,6 +735,9 @@ def emulator(
     out.print(f"Anthropic base URL: {server.anthropic_base_url}", markup=False)
     out.print(f"Google base URL:    {server.google_base_url}", markup=False)
     out.print(f"Mistral base URL:   {server.mistral_base_url}", markup=False)
+    out.print(f"Azure endpoint:     {server.azure_endpoint}", markup=False)
+    out.print(f"Groq base URL:      {server.groq_base_url}", markup=False)
+    out.print(f"Together base URL:  {server.together_base_url}", markup=False)
     keys = (
         "Any non-empty API key is accepted (set api_key in the config to require one)"
         if settings.api_key is None

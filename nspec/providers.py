@@ -18,7 +18,7 @@ import importlib.util
 import ipaddress
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -66,6 +66,9 @@ class Credentials:
     api_key: str
     base_url: str | None
     variable: str | None = None  # where the key came from, to name it when the provider refuses it
+    headers: Mapping[str, str] = field(default_factory=dict)  # the entry's extra headers (a gateway's), resolved
+    query: Mapping[str, str] = field(default_factory=dict)  # the entry's extra query parameters
+    options: Mapping[str, Any] = field(default_factory=dict)  # `Provider.connection` of the entry
 
 
 class ShardLimits(NamedTuple):
@@ -140,6 +143,15 @@ class Provider(Protocol):
         """The environment variables its API key is read from, in order; empty when it needs none."""
         ...
 
+    def entry_key_variables(self, entry: Mapping[str, Any]) -> tuple[str, ...]:
+        """The key variables of one model entry (a provider whose hosts differ may read a host's own key)."""
+        ...
+
+    def connection(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """What its I/O needs to know of this entry besides the key and address (`Credentials.options`): Azure's
+        `api_version`, a batch host's completion window."""
+        ...
+
     @property
     def official_hosts(self) -> tuple[str, ...]:
         """The hosts of the provider's own API: its standard key variables are sent there (or to this machine) only."""
@@ -206,7 +218,10 @@ class Provider(Protocol):
         """Whether the model can be sent as a batch (at the batch price)."""
         ...
 
-    def shard_limits(self) -> ShardLimits: ...
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
+        """The most one batch input file (or create call) of the entry's model may hold."""
+        ...
+
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer: ...
     def request_line(
         self,
@@ -337,8 +352,9 @@ def destination(entry: Mapping[str, Any]) -> Destination:
     """Where the model entry's requests go and with which key."""
     api = provider(str(entry["id"]).split("/", 1)[0])
     url = entry.get("base_url") or api.default_base_url()
-    variables = (str(entry["api_key_env"]),) if "api_key_env" in entry else api.key_variables
-    return Destination(str(entry.get("name", entry["id"])), url, variables if api.key_variables else ())
+    own = api.entry_key_variables(entry)
+    variables = (str(entry["api_key_env"]),) if "api_key_env" in entry else own
+    return Destination(str(entry.get("name", entry["id"])), url, variables if own else ())
 
 
 def is_loopback(host: str) -> bool:
@@ -358,36 +374,53 @@ def key_destination_problem(entry: Mapping[str, Any]) -> str | None:
     if "base_url" not in entry or "api_key_env" in entry:
         return None
     api = provider(str(entry["id"]).split("/", 1)[0])
-    if not api.key_variables:
+    variables = api.entry_key_variables(entry)
+    if not variables:
         return None
     host = urlsplit(str(entry["base_url"])).hostname or ""
-    if host in api.official_hosts or is_loopback(host):
+    if is_official(host, api.official_hosts) or is_loopback(host):
         return None
-    official = " or ".join(api.official_hosts) or "its own API"
+    official = " or ".join(f"*{h}" if h.startswith(".") else h for h in api.official_hosts) or "its own API"
     return (
         f"base_url sends requests to {host}, which is not {api.name}'s API ({official}) nor this machine: the "
-        f"standard key ({' or '.join(api.key_variables)}) is not sent there; name the key meant for {host} with "
+        f"standard key ({' or '.join(variables)}) is not sent there; name the key meant for {host} with "
         "api_key_env"
     )
 
 
+def is_official(host: str, hosts: tuple[str, ...]) -> bool:
+    """Whether ``host`` is one of ``hosts`` (a name starting with a dot stands for its subdomains, as
+    `.openai.azure.com` for every Azure OpenAI resource)."""
+    return any(host == h or (h.startswith(".") and host.endswith(h)) for h in hosts)
+
+
 def credentials(entry: Mapping[str, Any]) -> Credentials:
-    """The key and base URL of a model entry (`api_key_env`, else its provider's variables); a missing key names
-    the variables to set, before anything is sent. A standard key is never sent to a host that is neither the
-    provider's nor this machine (`key_destination_problem`)."""
+    """The key, base URL, extra headers and query of a model entry (`api_key_env`, else its provider's variables);
+    a missing key or header variable names what to set, before anything is sent. A standard key is never sent to a
+    host that is neither the provider's nor this machine (`key_destination_problem`)."""
     name = str(entry["id"]).split("/", 1)[0]
-    variables = provider(name).key_variables
+    api = provider(name)
+    label = str(entry.get("name", entry["id"]))
+    headers = {}
+    for header, value in (entry.get("headers") or {}).items():
+        if isinstance(value, Mapping):
+            if not os.environ.get(str(value["env"])):
+                raise UserError(f"{label}: header {header} is read from {value['env']}, which is not set")
+            value = os.environ[str(value["env"])]
+        headers[str(header)] = str(value)
+    query = {str(k): str(v) for k, v in (entry.get("query") or {}).items()}
+    base_url = entry.get("base_url") or api.default_base_url()
+    variables = api.entry_key_variables(entry)
     if not variables:
-        return Credentials("", entry.get("base_url"))
+        return Credentials("", base_url, None, headers, query, api.connection(entry))
     problem = key_destination_problem(entry)
     if problem is not None:
-        raise UserError(f"{entry.get('name', entry['id'])}: {problem}")
+        raise UserError(f"{label}: {problem}")
     candidates = (str(entry["api_key_env"]),) if "api_key_env" in entry else variables
     found = next((n for n in candidates if os.environ.get(n)), None)
-    label = str(entry.get("name", entry["id"]))
     if found is None:
         raise AuthenticationFailed(name, label, f"no API key for {label}: set {' or '.join(candidates)}")
-    return Credentials(os.environ[found], entry.get("base_url"), found)
+    return Credentials(os.environ[found], base_url, found, headers, query, api.connection(entry))
 
 
 def catalog() -> list[dict[str, Any]]:

@@ -69,21 +69,22 @@ class BatchRunner:
             except ProviderError as exc:  # transient: resumed next time (a refusal stops the run)
                 self.ledger.update_job(job.id, error=f"{type(exc).__name__}: {exc}"[:500])
 
-    def _metadata(self, job: Job) -> dict[str, str]:
+    def _metadata(self, job: Job, file_id: str | None) -> dict[str, str]:
+        """What a batch carries to be found again: the run, the shard, the attempt, its requests and its file."""
         return {
             "nspec_run": self.run.run_id,
             "nspec_shard": job.shard_sha256[:40],
             "nspec_attempt": str(job.attempt),
             "requests": str(job.requests),
+            **({"nspec_file": file_id} if file_id else {}),
         }
 
     def _advance(self, job: Job, progress: Progress) -> None:
         client = self.clients[job.model]
-        meta = self._metadata(job)
         if job.state == "creating":
             assert job.intent_at is not None
             claimed = self.ledger.known_batch_ids()
-            candidates = [b for b in client.find(meta, job.intent_at) if b not in claimed]
+            candidates = [b for b in client.find(self._metadata(job, job.file_id), job.intent_at) if b not in claimed]
             if candidates:
                 self.ledger.job_created(job.id, candidates[0])
                 progress.adopted.append(candidates[0])
@@ -94,7 +95,7 @@ class BatchRunner:
             failpoint("after-upload")
             self.ledger.update_job(job.id, state="uploaded", file_id=file_id)
         self.ledger.update_job(job.id, state="creating", intent_at=time.time())
-        batch_id = client.create(file_id, self.run.path / job.shard, meta)
+        batch_id = client.create(file_id, self.run.path / job.shard, self._metadata(job, file_id))
         failpoint("after-create")
         self.ledger.job_created(job.id, batch_id)
         progress.created.append(batch_id)

@@ -91,7 +91,7 @@ def emulator() -> Iterator[Callable[..., Emulator]]:
     running = []
 
     def start(**sections: object) -> Emulator:
-        timing = Timing(validate_seconds=1, seconds_per_request=0.1, finalize_seconds=1)
+        timing = Timing(validate_seconds=0.2, seconds_per_request=0.02, finalize_seconds=0.2)
         emu = Emulator(EmulatorConfig(**{"timing": timing, **sections})).start()  # type: ignore[arg-type]
         running.append(emu)
         return emu

@@ -656,8 +656,10 @@ def test_emulator_command(tmp_path):
         anthropic_url = server.stdout.readline().split()[-1]
         google_url = server.stdout.readline().split()[-1]
         mistral_url = server.stdout.readline().split()[-1]
+        azure_url, groq_url, together_url = (server.stdout.readline().split()[-1] for _ in range(3))
         assert openai_url == anthropic_url + "/v1" and google_url == anthropic_url + "/google"
-        assert mistral_url == anthropic_url + "/mistral"
+        assert mistral_url == anthropic_url + "/mistral" and azure_url == anthropic_url + "/azure"
+        assert groq_url == anthropic_url + "/groq/openai/v1" and together_url == anthropic_url + "/together"
         assert server.stdout.readline().startswith("Only the API key set in the config (api_key) is accepted")
         client = openai.OpenAI(api_key="secret", base_url=openai_url, max_retries=0, _strict_response_validation=True)
         reply = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "echo me"}])

@@ -153,7 +153,7 @@ def test_the_emulator_through_the_sdk(emulator, tmp_path):
     assert continued.startswith("The number is") and "1000009" in continued  # Mistral's answer starts with the prefix
     (failed,) = map(json.loads, client.files.download(file_id=done.error_file).iter_lines())
     assert failed["custom_id"] == "b" and failed["response"]["status_code"] == 422
-    assert "temprature" in failed["error"]["message"]
+    assert "temprature" in failed["response"]["body"]["message"]
     listed = client.batch.jobs.list(page=0, page_size=10)
     assert listed.total == 1 and [j.id for j in listed.data] == [job.id]
     reply = client.chat.complete(model="mistral-small-latest", messages=[{"role": "user", "content": needle_prompt(3)}])

@@ -81,7 +81,7 @@ class Toy(BaseProvider):
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return False
 
-    def shard_limits(self) -> ShardLimits:
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(10_000, 1 << 24)
 
     def request_line(self, entry, custom_id, system, user, prefill, params, max_tokens):

@@ -169,7 +169,7 @@ def test_model_ids(spec_file):
     result = issues(spec_file, BASE.replace("openai/gpt-4.1-mini", "gemini/gemini-2.5-flash"))
     assert result == [
         "spec.yaml:11:15: models[0].id: unknown provider 'gemini' (Gemini models are google/<model>): the installed "
-        "providers are anthropic, google, local, mistral, openai, openai-compatible"
+        "providers are anthropic, azure, google, groq, local, mistral, openai, openai-compatible, together, xai"
     ]
 
 

@@ -395,7 +395,7 @@ class _Checker:
     def destination(self, path: Path, model: dict[str, Any], known: bool) -> None:
         """Where the model's requests and key go is the top-level spec's to say: an included file (someone else's,
         perhaps) may not redirect them. A standard key goes only to its provider or to this machine."""
-        for key in ("base_url", "api_key_env"):
+        for key in ("base_url", "api_key_env", "headers", "query"):
             where = self.source.key((*path, key))
             if key in model and self.top_file is not None and where.file != self.top_file:
                 self.error(

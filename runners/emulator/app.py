@@ -1,15 +1,16 @@
-"""The emulator's HTTP API: OpenAI's routes (base URL `http://HOST:PORT/v1`, `openai_api`), Anthropic's (base URL
-`http://HOST:PORT`, `anthropic_api`), Gemini's (base URL `http://HOST:PORT/google`, `google_api`) and Mistral's
-(base URL `http://HOST:PORT/mistral`, `mistral_api`), each a router of its own with its dialect (error shapes, keys,
-fault words), sharing here the route wrapper that authenticates, injects faults and counts, live rate limits, and
-the model catalog."""
+"""The emulator's HTTP API: the services in OpenAI's format (`openai_api`: OpenAI at `http://HOST:PORT/v1`, Azure
+OpenAI at `http://HOST:PORT/azure`, Groq at `http://HOST:PORT/groq/openai/v1`), Anthropic's (`http://HOST:PORT`,
+`anthropic_api`), Gemini's (`http://HOST:PORT/google`, `google_api`), Mistral's (`http://HOST:PORT/mistral`,
+`mistral_api`) and Together's (`http://HOST:PORT/together`, `together_api`), each a router of its own with its
+dialect (error shapes, keys, fault words), sharing here the route wrapper that authenticates, injects faults and
+counts, live rate limits, and the model catalog."""
 
 from __future__ import annotations
 
 import json
 import random
 import secrets
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +72,12 @@ class Emulation:
         self.rng = random.Random(config.seed)
         self.statuses: Counter[int] = Counter()  # responses served, by HTTP status (for tests and benchmarks)
         self.answered: Counter[str] = Counter()  # live answers given, per provider (a call made twice counts twice)
+        # The latest requests' method, path, query and headers (for tests of what a client sends).
+        self.seen: deque[tuple[str, str, dict[str, str], dict[str, str]]] = deque(maxlen=200)
         now = self.clock.now()
         self.limiters = {
-            name: Limiter(config.rate_limits, now) for name in ("openai", "anthropic", "google", "mistral")
+            name: Limiter(config.rate_limits, now)
+            for name in ("openai", "azure", "groq", "anthropic", "google", "mistral", "together")
         }
 
     def roll(self, rate: float) -> bool:
@@ -112,6 +116,7 @@ class Api:
 
         def wrap(handler: Handler) -> Route:
             async def endpoint(request: Request) -> Response:
+                emu.seen.append((request.method, request.url.path, dict(request.query_params), dict(request.headers)))
                 try:
                     dialect.authenticate(request, config.api_key)
                     if live:
@@ -154,21 +159,30 @@ class Api:
 
 def build_app(emu: Emulation) -> Starlette:
     """The emulator's app: each API's routes from its own router, in its own dialect."""
-    from nspec.runners.emulator import anthropic_api, google_api, mistral_api, openai_api
+    from nspec.runners.emulator import anthropic_api, google_api, mistral_api, openai_api, together_api
+    from nspec.runners.emulator.flavours import FLAVOURS
 
-    modules = {"openai": openai_api, "anthropic": anthropic_api, "google": google_api, "mistral": mistral_api}
-    api = Api(emu, {name: module.DIALECT for name, module in modules.items()})
+    modules = {"anthropic": anthropic_api, "google": google_api, "mistral": mistral_api, "together": together_api}
+    api = Api(emu, {**openai_api.DIALECTS, **{name: module.DIALECT for name, module in modules.items()}})
 
     async def not_found(request: Request, exc: Exception) -> Response:
         path = request.url.path
-        prefixes = {"/v1/messages": "anthropic", "/google/": "google", "/mistral/": "mistral"}
+        prefixes = {
+            "/v1/messages": "anthropic",
+            "/google/": "google",
+            "/mistral/": "mistral",
+            "/azure/": "azure",
+            "/groq/": "groq",
+            "/together/": "together",
+        }
         name = next((api for prefix, api in prefixes.items() if path.startswith(prefix)), "openai")
-        kind = {"anthropic": "not_found_error", "google": "NOT_FOUND", "mistral": "not_found"}.get(
+        kind = {"anthropic": "not_found_error", "google": "NOT_FOUND", "mistral": "not_found", "azure": "404"}.get(
             name, "invalid_request_error"
         )
         return error_response(api.dialects[name], ApiError(404, kind, f"Unknown route {request.method} {path}"))
 
-    routes = [route for module in modules.values() for route in module.router(api).routes]
+    routes = [route for flavour in FLAVOURS.values() for route in openai_api.router(api, flavour).routes]
+    routes += [route for module in modules.values() for route in module.router(api).routes]
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
 
 

@@ -38,6 +38,7 @@ class Timing:
 class Limits:
     openai_max_lines: int = 50_000
     openai_max_bytes: int = 200 * 1000 * 1000
+    azure_max_lines: int = 100_000  # learn.microsoft.com/azure/ai-foundry/openai/how-to/batch: 100,000 per file
     anthropic_max_requests: int = 100_000
     anthropic_max_bytes: int = 256 * 1000 * 1000
 
@@ -102,6 +103,8 @@ class EmulatorConfig:
     api_key: str | None = None  # if set, only this key is accepted; otherwise any non-empty key
     # Model names served besides the providers' own (an OpenAI-compatible server's, say); any other is refused.
     models: list[str] = field(default_factory=list)
+    # Azure deployments: name → the OpenAI model it runs (a deployment named as an OpenAI model runs that model).
+    deployments: dict[str, str] = field(default_factory=dict)
     timing: Timing = field(default_factory=Timing)
     limits: Limits = field(default_factory=Limits)
     rate_limits: RateLimits = field(default_factory=RateLimits)
@@ -122,6 +125,10 @@ def _build(cls: Any, data: Any, where: str) -> Any:
         values[name] = _build(type(default), value, f"{where}.{name}") if dataclasses.is_dataclass(default) else value
         if isinstance(default, list) and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise UserError(f"emulator config: `{where}.{name}` must be a list of names")
+        if isinstance(default, dict) and not (
+            isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
+            raise UserError(f"emulator config: `{where}.{name}` must map names to names")
     return cls(**values)
 
 

@@ -311,3 +311,26 @@ def mistral_completion(body: dict[str, Any], responder: Responder, key: str, cre
             }
         ],
     }
+
+
+def together_completion(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
+    """A Together chat completion: OpenAI's, with the `prompt` list Together's response always carries."""
+    completion = openai_completion(body, responder, key, created)
+    choices = [
+        {
+            "index": c["index"],
+            "message": {"role": "assistant", "content": c["message"]["content"]},
+            "finish_reason": c["finish_reason"],
+        }
+        for c in completion["choices"]
+    ]
+    usage = completion["usage"]
+    return {
+        "id": secrets.token_hex(12),
+        "object": "chat.completion",
+        "created": created,
+        "model": body["model"],
+        "prompt": [],
+        "choices": choices,
+        "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+    }

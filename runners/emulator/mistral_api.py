@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
-from nspec.runners.emulator import mistral_batches
+from nspec.runners.emulator import body_batches, mistral_batches
 from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param
 from nspec.runners.emulator.generation import count_tokens, mistral_completion
 from nspec.runners.emulator.state import StoredFile
@@ -136,7 +136,8 @@ def router(api: Api) -> Router:
             raise ApiError(422, "invalid_request_error", "metadata: values must be strings", "metadata", "2000")
         for file_id in files:
             stored_file(file_id)
-        job = mistral_batches.create(emu.store, config, emu.rng, body, emu.clock.now())
+        fields = {"model": model, "metadata": metadata}
+        job = body_batches.create(emu.store, config, emu.rng, mistral_batches.KIND, files, fields, emu.clock.now())
         return JSONResponse(mistral_batches.view(emu.store, job, config, emu.clock.now(), emu.responder))
 
     def job(job_id: str) -> dict[str, Any]:
@@ -153,7 +154,7 @@ def router(api: Api) -> Router:
     @api.route("mistral", "POST", f"{PREFIX}/v1/batch/jobs/{{job_id}}/cancel")
     async def cancel_job(request: Request) -> Response:
         found = job(request.path_params["job_id"])
-        mistral_batches.cancel(emu.store, found, emu.clock.now())
+        body_batches.cancel(emu.store, found, emu.clock.now())
         return JSONResponse(mistral_batches.view(emu.store, found, config, emu.clock.now(), emu.responder))
 
     @api.route("mistral", "GET", f"{PREFIX}/v1/batch/jobs")
@@ -176,7 +177,9 @@ def router(api: Api) -> Router:
     @api.route("mistral", "POST", f"{PREFIX}/v1/chat/completions", live=True)
     async def chat(request: Request) -> Response:
         body = await api.json_body(request, "mistral")
-        problem = mistral_batches.line_problem(body, None, config.models)
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            raise ApiError(422, "invalid_request_error", "model: Field required", "model", "2000")
+        problem = mistral_batches.line_problem(body, config)
         if problem is not None:
             status, message = problem
             if status == 400:

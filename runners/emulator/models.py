@@ -67,14 +67,36 @@ _MISTRAL = re.compile(
 )
 
 
+# Together's serverless chat models (api.together.ai/models), a selection; the config's `models` adds others.
+_TOGETHER = frozenset(
+    (
+        "meta-llama/Llama-3.3-70B-Instruct-Turbo",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo",
+        "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo",
+        "meta-llama/Meta-Llama-3.1-405B-Instruct-Turbo",
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "deepseek-ai/DeepSeek-V3",
+        "deepseek-ai/DeepSeek-R1",
+        "Qwen/Qwen2.5-72B-Instruct-Turbo",
+        "Qwen/Qwen3-235B-A22B-Instruct-2507-tput",
+        "openai/gpt-oss-120b",
+        "openai/gpt-oss-20b",
+        "moonshotai/Kimi-K2-Instruct",
+    )
+)
+
+
 def served(provider: str, model: str, extra: list[str]) -> bool:
-    """Whether the emulated ``provider`` (openai, anthropic, google or mistral) serves ``model``."""
+    """Whether the emulated ``provider`` (openai, anthropic, google, mistral or together) serves ``model``."""
     if model in extra:
         return True
     if provider == "google":
         return _GEMINI.fullmatch(model) is not None
     if provider == "mistral":
         return _MISTRAL.fullmatch(model) is not None
+    if provider == "together":
+        return model in _TOGETHER
     return _SNAPSHOT.sub("", model) in _catalog(provider) or model in _catalog(provider)
 
 

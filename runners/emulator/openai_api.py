@@ -1,4 +1,6 @@
-"""OpenAI's routes (base URL `http://HOST:PORT/v1`): files, batches (`openai_batches`) and chat completions."""
+"""The routes of the services that speak OpenAI's API (`flavours`: OpenAI at `/v1`, Azure OpenAI at `/azure/openai`,
+Groq at `/groq/openai/v1`): files, batches (`openai_batches`), chat completions and responses, each service in its
+own dialect (keys, error bodies) and with its own rules (endpoints, windows, models)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from starlette.routing import Route, Router
 
 from nspec.runners.emulator import openai_batches
 from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
+from nspec.runners.emulator.flavours import Flavour
 from nspec.runners.emulator.generation import count_tokens, openai_completion, openai_response
-from nspec.runners.emulator.models import openai_refusal
 from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
 
 
@@ -51,11 +53,52 @@ DIALECT = Dialect(
 )
 
 
-def router(api: Api) -> Router:
+def _azure_authenticate(request: Request, expected: str | None) -> None:
+    """Azure's key comes as `api-key`; every call names its `api-version` (without one, the route is not found)."""
+    if not request.query_params.get("api-version"):
+        raise ApiError(404, "404", "Resource not found")
+    key = request.headers.get("api-key", "")
+    if not key or (expected is not None and key != expected):
+        raise ApiError(
+            401,
+            "401",
+            "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key "
+            "for an active subscription and use a correct regional API endpoint for your resource.",
+        )
+
+
+def _azure_error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """`{"error": {code, message}}`; errors of the model's own API keep OpenAI's `type` and `param` too."""
+    body: dict[str, Any] = {"code": error.code or error.kind, "message": error.message}
+    if error.kind.endswith("_error"):
+        body.update(type=error.kind, param=error.param)
+    return {"error": body}, {"apim-request-id": request_id}
+
+
+AZURE_DIALECT = Dialect(
+    error_body=_azure_error_body,
+    authenticate=_azure_authenticate,
+    server_error=DIALECT.server_error,
+    overloaded=DIALECT.overloaded,
+    rate_limited=lambda model, wait: ApiError(
+        429,
+        "requests",
+        "Requests to the ChatCompletions_Create Operation under Azure OpenAI API have exceeded the rate limit of "
+        f"your current tier. Please retry after {max(1, round(wait))} seconds.",
+        code="429",
+        headers=retry_headers(wait),
+    ),
+    bad_json=DIALECT.bad_json,
+)
+DIALECTS = {"openai": DIALECT, "azure": AZURE_DIALECT, "groq": DIALECT}
+
+
+def router(api: Api, flavour: Flavour) -> Router:
     emu, config = api.emu, api.config
+    name, prefix = flavour.name, flavour.prefix
     routes: list[Route] = []
 
-    @api.route("openai", "POST", "/v1/files")
+    @api.route(name, "POST", f"{prefix}/files")
     async def upload(request: Request) -> Response:
         form = await request.form()
         part = form.get("file")
@@ -78,11 +121,11 @@ def router(api: Api) -> Router:
             raise ApiError(404, "invalid_request_error", f"No such File object: {file_id}", "id")
         return stored
 
-    @api.route("openai", "GET", "/v1/files/{file_id}")
+    @api.route(name, "GET", f"{prefix}/files/{{file_id}}")
     async def get_file(request: Request) -> Response:
         return JSONResponse(openai_file(request.path_params["file_id"]).as_openai())
 
-    @api.route("openai", "GET", "/v1/files/{file_id}/content")
+    @api.route(name, "GET", f"{prefix}/files/{{file_id}}/content")
     async def file_content(request: Request) -> Response:
         stored = openai_file(request.path_params["file_id"])
         data = emu.store.read_file(stored.id)
@@ -90,7 +133,7 @@ def router(api: Api) -> Router:
             return Dropped(data, "application/octet-stream")
         return Response(data, media_type="application/octet-stream")
 
-    @api.route("openai", "DELETE", "/v1/files/{file_id}")
+    @api.route(name, "DELETE", f"{prefix}/files/{{file_id}}")
     async def delete_file(request: Request) -> Response:
         stored = openai_file(request.path_params["file_id"])
         emu.store.delete_file(stored.id)
@@ -98,21 +141,26 @@ def router(api: Api) -> Router:
 
     routes += [get_file, file_content, delete_file]
 
-    @api.route("openai", "POST", "/v1/batches")
+    @api.route(name, "POST", f"{prefix}/batches")
     async def create_batch(request: Request) -> Response:
-        body = await api.json_body(request)
-        for name in ("input_file_id", "endpoint", "completion_window"):
-            if not isinstance(body.get(name), str):
-                raise ApiError(400, "invalid_request_error", f"Missing required parameter: '{name}'.", name)
-        if body["endpoint"] not in openai_batches.ENDPOINTS:
+        body = await api.json_body(request, name)
+        for key in ("input_file_id", "endpoint", "completion_window"):
+            if not isinstance(body.get(key), str):
+                raise ApiError(400, "invalid_request_error", f"Missing required parameter: '{key}'.", key)
+        if flavour.endpoint_of(body["endpoint"]) is None:
             raise ApiError(
                 400,
                 "invalid_request_error",
-                f"Invalid endpoint {body['endpoint']!r}; supported: {', '.join(openai_batches.ENDPOINTS)}.",
+                f"Invalid endpoint {body['endpoint']!r}; supported: {', '.join(flavour.endpoints)}.",
                 "endpoint",
             )
-        if body["completion_window"] != "24h":
-            raise ApiError(400, "invalid_request_error", "completion_window must be '24h'.", "completion_window")
+        if not flavour.window_ok(body["completion_window"]):
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"Invalid completion_window {body['completion_window']!r}.",
+                "completion_window",
+            )
         metadata = body.get("metadata")
         if metadata is not None and (
             not isinstance(metadata, dict)
@@ -136,6 +184,7 @@ def router(api: Api) -> Router:
             emu.store,
             config,
             emu.rng,
+            flavour,
             stored.id,
             body["endpoint"],
             body["completion_window"],
@@ -146,25 +195,26 @@ def router(api: Api) -> Router:
 
     def openai_batch(batch_id: str) -> dict[str, Any]:
         batch = emu.store.openai_batches.get(batch_id)
-        if batch is None:
+        if batch is None or batch.get("flavour", "openai") != name:
             raise ApiError(404, "invalid_request_error", f"No batch found with id '{batch_id}'.", "batch_id")
         return batch
 
-    @api.route("openai", "GET", "/v1/batches/{batch_id}")
+    @api.route(name, "GET", f"{prefix}/batches/{{batch_id}}")
     async def get_batch(request: Request) -> Response:
         batch = openai_batch(request.path_params["batch_id"])
         return JSONResponse(openai_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder))
 
-    @api.route("openai", "POST", "/v1/batches/{batch_id}/cancel")
+    @api.route(name, "POST", f"{prefix}/batches/{{batch_id}}/cancel")
     async def cancel_batch(request: Request) -> Response:
         batch = openai_batch(request.path_params["batch_id"])
         openai_batches.cancel(emu.store, batch, config, emu.clock.now())
         return JSONResponse(openai_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder))
 
-    @api.route("openai", "GET", "/v1/batches")
+    @api.route(name, "GET", f"{prefix}/batches")
     async def list_batches(request: Request) -> Response:
         limit = limit_param(request.query_params.get("limit"), 20)
-        ids = sorted(emu.store.openai_batches, key=lambda i: emu.store.openai_batches[i]["created"], reverse=True)
+        mine = {i: b for i, b in emu.store.openai_batches.items() if b.get("flavour", "openai") == name}
+        ids = sorted(mine, key=lambda i: mine[i]["created"], reverse=True)
         after = request.query_params.get("after")
         if after:
             ids = ids[ids.index(after) + 1 :] if after in ids else []
@@ -183,9 +233,17 @@ def router(api: Api) -> Router:
 
     routes += [create_batch, get_batch, cancel_batch, list_batches]
 
-    @api.route("openai", "POST", "/v1/chat/completions", live=True)
+    chat_path = (
+        f"{prefix}/deployments/{{deployment}}/chat/completions"
+        if flavour.deployment_paths
+        else f"{prefix}/chat/completions"
+    )
+
+    @api.route(name, "POST", chat_path, live=True)
     async def chat(request: Request) -> Response:
-        body = await api.json_body(request)
+        body = await api.json_body(request, name)
+        if flavour.deployment_paths:  # Azure: the deployment is in the path, whatever the body says
+            body = {**body, "model": request.path_params["deployment"]} if isinstance(body, dict) else body
         if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list) or not body["messages"]:
             raise ApiError(400, "invalid_request_error", "Missing required parameter: 'messages'.", "messages")
         if body.get("stream"):
@@ -193,36 +251,39 @@ def router(api: Api) -> Router:
         check_model_and_params(body, CHAT)
         limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
         prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
-        headers = api.live_limit("openai", body, prompt, int(limit))
+        headers = api.live_limit(name, body, prompt, int(limit))
         await asyncio.sleep(config.timing.live_latency_seconds)
         completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
-        emu.answered["openai"] += 1
+        emu.answered[name] += 1
         return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
-    @api.route("openai", "POST", "/v1/responses", live=True)
+    @api.route(name, "POST", f"{prefix}/responses", live=True)
     async def responses(request: Request) -> Response:
-        body = await api.json_body(request)
+        body = await api.json_body(request, name)
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             raise ApiError(400, "invalid_request_error", "Missing required parameter: 'model'.", "model")
         if not isinstance(body.get("input"), str | list):
             raise ApiError(400, "invalid_request_error", "Missing required parameter: 'input'.", "input")
         if body.get("stream"):
             raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
+        if RESPONSES not in flavour.endpoints.values():
+            raise ApiError(404, "invalid_request_error", f"Unknown route POST {prefix}/responses")
         check_model_and_params(body, RESPONSES)
         prompt = count_tokens(json.dumps([body.get("instructions"), body["input"]]))
-        headers = api.live_limit("openai", body, prompt, int(body.get("max_output_tokens") or 0))
+        headers = api.live_limit(name, body, prompt, int(body.get("max_output_tokens") or 0))
         await asyncio.sleep(config.timing.live_latency_seconds)
         response = openai_response(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
-        emu.answered["openai"] += 1
+        emu.answered[name] += 1
         return JSONResponse(response, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
     def check_model_and_params(body: dict[str, Any], endpoint: str) -> None:
-        """What OpenAI refuses before answering: a model it does not have (404), a parameter the model's family
+        """What the service refuses before answering: a model it does not run (404), a parameter the model's family
         does not take (400, the first one, as the API names one at a time)."""
-        if not api.serves("openai", body["model"]):
-            error = openai_refusal(body["model"])["error"]
-            raise ApiError(404, error["type"], error["message"], code=error["code"])
-        refused = refusals(body, endpoint)
+        runs = flavour.model_of(body["model"], config)
+        if runs is None:
+            error = openai_batches.missing_model(flavour, body["model"])["error"]
+            raise ApiError(404, error.get("type", error["code"]), error["message"], code=error["code"])
+        refused = refusals({**body, "model": runs}, endpoint)
         if refused:
             raise ApiError(400, "invalid_request_error", refused[0].message, refused[0].param, refused[0].code)
 

@@ -14,21 +14,34 @@ import secrets
 from typing import Any
 
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
+from nspec.runners.emulator.flavours import FLAVOURS, Flavour
 from nspec.runners.emulator.generation import openai_completion, openai_response
-from nspec.runners.emulator.models import openai_refusal, served
+from nspec.runners.emulator.models import openai_refusal
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
-from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
+from nspec.runners.providers.openai_models import RESPONSES, refusals
 
-ENDPOINTS = (CHAT, RESPONSES)
+
+def missing_model(flavour: Flavour, model: str) -> dict[str, Any]:
+    """The service's error body for a model it does not run (status 404)."""
+    if flavour.name == "azure":
+        message = (
+            "The API deployment for this resource does not exist. If you created the deployment within the last 5 "
+            "minutes, please wait a moment and try again."
+        )
+        return {"error": {"code": "DeploymentNotFound", "message": message}}
+    return openai_refusal(model)
 
 
 def validate_input(
-    data: bytes, endpoint: str, config: EmulatorConfig
+    data: bytes, url: str, flavour: Flavour, config: EmulatorConfig
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The requests of an input file, and the validation errors (each naming its 1-based line)."""
+    """The requests of an input file for the batch endpoint ``url`` (as ``flavour`` names it), and the validation
+    errors (each naming its 1-based line)."""
     errors: list[dict[str, Any]] = []
     limits = config.limits
+    endpoint = flavour.endpoints[url]
+    max_lines = flavour.max_lines(config)
 
     def error(code: str, message: str, line: int | None = None, param: str | None = None) -> None:
         errors.append({"code": code, "message": message, "param": param, "line": line})
@@ -37,8 +50,8 @@ def validate_input(
         error("file_too_large", f"The input file is {len(data)} bytes; the limit is {limits.openai_max_bytes}.")
         return [], errors
     lines = data.decode("utf-8", errors="replace").splitlines()
-    if len([ln for ln in lines if ln.strip()]) > limits.openai_max_lines:
-        error("too_many_requests", f"The input file has more than {limits.openai_max_lines} requests.")
+    if len([ln for ln in lines if ln.strip()]) > max_lines:
+        error("too_many_requests", f"The input file has more than {max_lines} requests.")
         return [], errors
     requests: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -65,8 +78,8 @@ def validate_input(
         if obj.get("method") != "POST":
             error("invalid_method", "The method must be POST.", number, "method")
             continue
-        if obj.get("url") != endpoint:
-            error("invalid_url", f"The url must match the batch endpoint {endpoint}.", number, "url")
+        if obj.get("url") != url:
+            error("invalid_url", f"The url must match the batch endpoint {url}.", number, "url")
             continue
         body = obj.get("body")
         needed = "input" if endpoint == RESPONSES else "messages"
@@ -89,6 +102,7 @@ def create(
     store: Store,
     config: EmulatorConfig,
     rng: random.Random,
+    flavour: Flavour,
     input_file_id: str,
     endpoint: str,
     completion_window: str,
@@ -96,13 +110,14 @@ def create(
     now: float,
 ) -> dict[str, Any]:
     data = store.read_file(input_file_id)
-    requests, errors = validate_input(data, endpoint, config)
+    requests, errors = validate_input(data, endpoint, flavour, config)
     if not errors and rng.random() < config.faults.batch_validation_failure_rate:
         errors = [
             {"code": "invalid_request", "message": "Validation failed (injected fault).", "param": None, "line": 1}
         ]
     batch = {
         "id": new_id("batch_"),
+        "flavour": flavour.name,
         "input_file_id": input_file_id,
         "endpoint": endpoint,
         "completion_window": completion_window,
@@ -225,6 +240,8 @@ def _write_results(
     outcome: str,
     end: int,
 ) -> None:
+    flavour = FLAVOURS[batch.get("flavour", "openai")]
+    endpoint = flavour.endpoints[batch["endpoint"]]
     ok_lines, error_lines = [], []
     completed = failed = 0
     usage = {"input_tokens": 0, "output_tokens": 0}
@@ -257,15 +274,15 @@ def _write_results(
                 }
             )
             failed += 1
-        elif not served("openai", request["body"]["model"], config.models):
+        elif (runs := flavour.model_of(request["body"]["model"], config)) is None:
             response = {
                 "status_code": 404,
                 "request_id": secrets.token_hex(16),
-                "body": openai_refusal(request["body"]["model"]),
+                "body": missing_model(flavour, request["body"]["model"]),
             }
             error_lines.append({**line, "response": response, "error": None})
             failed += 1
-        elif refused := refusals(request["body"], batch["endpoint"]):
+        elif refused := refusals({**request["body"], "model": runs}, endpoint):
             # A parameter the model does not take fails its line (status 400), as the live call would.
             body = {
                 "error": {
@@ -279,7 +296,7 @@ def _write_results(
             error_lines.append({**line, "response": response, "error": None})
             failed += 1
         else:
-            if batch["endpoint"] == RESPONSES:
+            if endpoint == RESPONSES:
                 answer = openai_response(request["body"], responder, "batch:" + custom_id, end)
                 tokens = answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]
             else:

@@ -50,6 +50,19 @@ class Emulator:
         return f"{self.anthropic_base_url}/google"
 
     @property
+    def azure_endpoint(self) -> str:
+        """What `AzureOpenAI(azure_endpoint=...)` (and an azure model's `base_url`) takes."""
+        return f"{self.anthropic_base_url}/azure"
+
+    @property
+    def groq_base_url(self) -> str:
+        return f"{self.anthropic_base_url}/groq/openai/v1"
+
+    @property
+    def together_base_url(self) -> str:
+        return f"{self.anthropic_base_url}/together"
+
+    @property
     def mistral_base_url(self) -> str:
         return f"{self.anthropic_base_url}/mistral"
 

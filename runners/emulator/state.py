@@ -62,6 +62,7 @@ class Store:
     anthropic_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     google_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     mistral_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    together_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     uploads: dict[str, dict[str, Any]] = field(default_factory=dict)  # resumable uploads under way (Google's)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -78,11 +79,15 @@ class Store:
                 store.anthropic_batches = data["anthropic_batches"]
                 store.google_batches = data.get("google_batches", {})
                 store.mistral_batches = data.get("mistral_batches", {})
+                store.together_batches = data.get("together_batches", {})
         return store
 
-    def put_file(self, filename: str, purpose: str, data: bytes, created_at: int, prefix: str = "file-") -> StoredFile:
+    def put_file(
+        self, filename: str, purpose: str, data: bytes, created_at: int, prefix: str = "file-", file_id: str = ""
+    ) -> StoredFile:
+        """Keep a file (under ``file_id`` when the API chose it before the bytes came: Together's upload)."""
         with self.lock:
-            stored = StoredFile(new_id(prefix), filename, purpose, created_at, len(data))
+            stored = StoredFile(file_id or new_id(prefix), filename, purpose, created_at, len(data))
             self.files[stored.id] = stored
             if self.state_dir is not None:
                 (self.state_dir / "files" / stored.id).write_bytes(data)
@@ -122,6 +127,7 @@ class Store:
                 "anthropic_batches": self.anthropic_batches,
                 "google_batches": self.google_batches,
                 "mistral_batches": self.mistral_batches,
+                "together_batches": self.together_batches,
             }
             tmp = self.state_dir / "state.json.tmp"
             tmp.write_text(json.dumps(data), "utf-8")

@@ -29,6 +29,11 @@ from nspec.errors import (
 )
 from nspec.providers import SDK_RETRIES_ENV, Credentials, Outcome, RateHeaders, TokenCounter, message_text
 
+# Headers a model entry may not set: they carry the API key or frame the request.
+RESERVED_HEADERS = frozenset(
+    ("authorization", "api-key", "x-api-key", "x-goog-api-key", "content-type", "content-length", "host")
+)
+
 
 class BaseProvider:
     """The interface's defaults: batch where `has_batch`, proxy token counts, no structured output, no rate-limit
@@ -40,14 +45,24 @@ class BaseProvider:
     package: str | None = None
     own_tokenizer = False
     default_concurrency = 8  # live calls at once, unless the model's rate_limits say
-    optional_batch = False  # whether a model entry's `batch_api` says if its server has a batch API
+    optional_batch = False  # whether its models have a batch API only when their entry's `batch_api` says so
+    takes_batch_api = False  # whether a model entry may say `batch_api` (its server's batch API, and how it differs)
     endpoints: tuple[str, ...] = ()  # the values a model entry's `endpoint` may take
     priced = True  # whether the shipped price table lists its models (a self-hosted server's cannot be)
     counts_tokens = False  # whether it has a count-tokens endpoint (`count_request`, `token_counter`)
+    takes_headers = True  # whether a model entry's `headers` reach its API (its SDK sends extra headers)
+    takes_query = True  # likewise `query`
+    own_fields: tuple[str, ...] = ()  # entry fields only this provider takes (`api_version`, `base_model`)
 
     official_hosts: tuple[str, ...] = ()
     base_url_variable: str | None = None  # the environment variable the SDK reads its base URL from
     official_base_url: str | None = None
+
+    def entry_key_variables(self, entry: Mapping[str, Any]) -> tuple[str, ...]:
+        return self.key_variables
+
+    def connection(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
 
     def default_base_url(self) -> str | None:
         if self.base_url_variable and os.environ.get(self.base_url_variable):
@@ -79,10 +94,21 @@ class BaseProvider:
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues: list[tuple[tuple[str | int, ...], str]] = []
-        if "batch_api" in entry and not self.optional_batch:
+        if "batch_api" in entry and not self.takes_batch_api:
             issues.append((("batch_api",), f"`batch_api` does not apply to {self.name} models"))
         if "endpoint" in entry and entry["endpoint"] not in self.endpoints:
             issues.append((("endpoint",), f"`endpoint: {entry['endpoint']}` does not apply to {self.name} models"))
+        for key in ("api_version", "base_model"):
+            if key in entry and key not in self.own_fields:
+                issues.append(((key,), f"`{key}` applies to azure models only"))
+        for key, taken in (("headers", self.takes_headers), ("query", self.takes_query)):
+            if key in entry and not taken:
+                issues.append(((key,), f"{self.name} models do not take extra `{key}` (its SDK sends none)"))
+        for header in entry.get("headers") or {}:
+            if str(header).lower() in RESERVED_HEADERS:
+                issues.append(
+                    (("headers", header), f"`{header}` is nspec's to set (it carries the key or frames the request)")
+                )
         return issues
 
     def has_batch(self, entry: Mapping[str, Any]) -> bool:

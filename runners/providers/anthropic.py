@@ -76,7 +76,7 @@ class Anthropic(BaseProvider):
     official_base_url = "https://api.anthropic.com"
     counts_tokens = True
 
-    def shard_limits(self) -> ShardLimits:
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(100_000, 256 * 1000 * 1000)
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
@@ -159,14 +159,23 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     return None
 
 
+def _client(creds: Credentials, retries: int, kind: str) -> Any:
+    """The SDK's client (``kind``: Anthropic or AsyncAnthropic) for these credentials."""
+    return getattr(sdk("anthropic", "anthropic"), kind)(
+        api_key=creds.api_key,
+        base_url=creds.base_url,
+        max_retries=retries,
+        default_headers=dict(creds.headers),
+        default_query=dict(creds.query),
+    )
+
+
 class AnthropicBatches:
     """Anthropic's message batches."""
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
-        self.client = sdk("anthropic", "anthropic").Anthropic(
-            api_key=creds.api_key, base_url=creds.base_url, max_retries=sdk_retries()
-        )
+        self.client = _client(creds, sdk_retries(), "Anthropic")
 
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -227,9 +236,7 @@ class AnthropicCounter:
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
-        self.client = sdk("anthropic", "anthropic").Anthropic(
-            api_key=creds.api_key, base_url=creds.base_url, max_retries=0
-        )
+        self.client = _client(creds, 0, "Anthropic")
 
     def count(self, body: dict[str, Any]) -> int:
         try:
@@ -246,9 +253,7 @@ class AnthropicLive:
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
-        self.client = sdk("anthropic", "anthropic").AsyncAnthropic(
-            api_key=creds.api_key, base_url=creds.base_url, max_retries=0
-        )
+        self.client = _client(creds, 0, "AsyncAnthropic")
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
         params = line["params"]

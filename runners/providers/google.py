@@ -137,6 +137,7 @@ class Google(BaseProvider):
     official_base_url: str | None = "https://generativelanguage.googleapis.com"
     default_concurrency = 8
     counts_tokens = True
+    takes_query = False  # google-genai's HttpOptions has headers, no query
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues = super().model_issues(entry)
@@ -154,7 +155,7 @@ class Google(BaseProvider):
                 )
         return issues
 
-    def shard_limits(self) -> ShardLimits:
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(100_000, 2_000_000_000)
 
     def count_request(self, line: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -209,7 +210,9 @@ def _client(creds: Credentials, attempts: int) -> Any:
     genai = sdk("google.genai", "google", INSTALL_HINT)
     types = importlib.import_module("google.genai.types")
     options = types.HttpOptions(
-        base_url=creds.base_url, retry_options=types.HttpRetryOptions(attempts=max(1, attempts))
+        base_url=creds.base_url,
+        headers=dict(creds.headers),
+        retry_options=types.HttpRetryOptions(attempts=max(1, attempts)),
     )
     return genai.Client(api_key=creds.api_key, http_options=options)
 
@@ -329,7 +332,7 @@ class GoogleCounter:
         request = urllib.request.Request(
             f"{self.base}/v1beta/models/{model}:countTokens",
             data=json.dumps(body).encode(),
-            headers={"x-goog-api-key": self.creds.api_key or "", "content-type": "application/json"},
+            headers={**self.creds.headers, "x-goog-api-key": self.creds.api_key, "content-type": "application/json"},
             method="POST",
         )
         try:

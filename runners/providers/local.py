@@ -310,6 +310,7 @@ class Local(BaseProvider):
     token_counts = "exact (the model's own, through llama.cpp)"
     own_tokenizer = True
     default_concurrency = 1
+    takes_headers = takes_query = False  # no HTTP at all
 
     def mode(self, entry: Mapping[str, Any]) -> str:
         return "local"
@@ -320,8 +321,8 @@ class Local(BaseProvider):
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # `completion_prompt` ends with the prefill for the model to continue
 
-    def shard_limits(self) -> ShardLimits:
-        return COMPATIBLE.shard_limits()
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
+        return COMPATIBLE.shard_limits(entry)
 
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
         name = setting.get("name") if isinstance(setting, Mapping) else setting

@@ -98,6 +98,7 @@ class Mistral(BaseProvider):
     install_hint = INSTALL_HINT
     official_hosts: tuple[str, ...] = ("api.mistral.ai",)
     official_base_url: str | None = "https://api.mistral.ai"
+    takes_headers = takes_query = False  # the SDK's client takes no default headers or query
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues = super().model_issues(entry)
@@ -113,7 +114,7 @@ class Mistral(BaseProvider):
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # a final assistant message with `prefix: true`
 
-    def shard_limits(self) -> ShardLimits:
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(1_000_000, 512 * 1000 * 1000)  # docs.mistral.ai: up to 1M requests per job; files 512 MB
 
     def request_line(

@@ -142,8 +142,12 @@ class OpenAI(BaseProvider):
     limit_key = "max_completion_tokens"
     endpoints = tuple(ENDPOINTS)
 
-    def shard_limits(self) -> ShardLimits:
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(50_000, 200 * 1000 * 1000)
+
+    def base_model(self, entry: Mapping[str, Any]) -> str:
+        """The OpenAI model the entry runs (its rules and tokenizer): the model itself, here."""
+        return model_name(entry)
 
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
         if setting is not None:
@@ -159,7 +163,9 @@ class OpenAI(BaseProvider):
         given = entry.get("params")
         params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         line = self.request_line(entry, "check", None, "", None, params, 1)
-        for refusal in refusals(line["body"], line["url"]):
+        for refusal in refusals(
+            {**line["body"], "model": self.base_model(entry)}, ENDPOINTS[entry.get("endpoint", "chat")]
+        ):
             where = refusal.param.split(".", 1)[0]
             key = next((k for k, v in _SPEC_NAMES.items() if where in v and k in params), where)
             issues.append(
@@ -172,6 +178,7 @@ class OpenAI(BaseProvider):
         return issues
 
     def endpoint(self, entry: Mapping[str, Any]) -> str:
+        """The `url` of the entry's request lines (its batch endpoint)."""
         return ENDPOINTS[str(entry.get("endpoint", "chat"))]
 
     def request_line(
@@ -187,9 +194,8 @@ class OpenAI(BaseProvider):
         given = {k: v for k, v in params.items() if v is not None}  # null: leave it out
         limit = given.pop("max_tokens", None) or given.pop("max_completion_tokens", None) or max_tokens
         given.pop("max_completion_tokens", None)
-        endpoint = self.endpoint(entry)
         body: dict[str, Any] = {"model": model_name(entry)}
-        if endpoint == RESPONSES:
+        if entry.get("endpoint") == "responses":
             if system is not None:
                 body["instructions"] = system
             turns = [{"role": "user", "content": user}]
@@ -206,7 +212,7 @@ class OpenAI(BaseProvider):
             body["messages"] = messages
             body[self.limit_key] = limit
             body.update(given)
-        return {"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body}
+        return {"custom_id": custom_id, "method": "POST", "url": self.endpoint(entry), "body": body}
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         body = line["body"]
@@ -246,23 +252,35 @@ class OpenAICompatible(OpenAI):
     structured output (not every server has it), and no key of its own (OpenAI's variables, as the SDK reads)."""
 
     name = "openai-compatible"
-    official_hosts = ()  # a server of the user's: its key is named with api_key_env, unless it is on this machine
-    official_base_url = None
+    # A server of the user's: its key is named with api_key_env, unless it is on this machine.
+    official_hosts: tuple[str, ...] = ()
+    official_base_url: str | None = None
     token_counts = BaseProvider.token_counts
     limit_key = "max_tokens"
     optional_batch = True
+    takes_batch_api = True
     priced = False
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues = BaseProvider.model_issues(self, entry)  # the server's models, not OpenAI's: its own rules
-        if "base_url" not in entry:
+        if "base_url" not in entry and self.official_base_url is None:
             issues.append(((), "an openai-compatible model needs `base_url`"))
-        if entry.get("mode") == "batch" and entry.get("batch_api") is not True:
-            issues.append((("mode",), "`mode: batch` on an openai-compatible server needs `batch_api: true`"))
+        if entry.get("mode") == "batch" and not self.has_batch(entry):
+            issues.append((("mode",), f"`mode: batch` on an {self.name} server needs `batch_api: true`"))
         return issues
 
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
-        return entry.get("batch_api") is True
+        return entry.get("batch_api") not in (None, False)
+
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
+        said = entry.get("batch_api")
+        said = said if isinstance(said, Mapping) else {}
+        lines, size = super().shard_limits(entry)
+        return ShardLimits(int(said.get("max_requests", lines)), int(said.get("max_bytes", size)))
+
+    def connection(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        said = entry.get("batch_api")
+        return {"completion_window": str(said.get("completion_window", "24h"))} if isinstance(said, Mapping) else {}
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         # vLLM continues a final assistant message when asked to (its `continue_final_message` extension).
@@ -296,14 +314,24 @@ def _error(provider: str, creds: Credentials, model: str, exc: BaseException) ->
     return None
 
 
+def _client(provider: str, creds: Credentials, retries: int, is_async: bool) -> Any:
+    """The SDK's client for these credentials."""
+    openai = sdk("openai", provider)
+    return (openai.AsyncOpenAI if is_async else openai.OpenAI)(
+        api_key=creds.api_key,
+        base_url=creds.base_url,
+        max_retries=retries,
+        default_headers=dict(creds.headers),
+        default_query=dict(creds.query),
+    )
+
+
 class OpenAIBatches:
     """Files and batches, for OpenAI and OpenAI-compatible servers."""
 
     def __init__(self, provider: str, creds: Credentials) -> None:
         self.provider, self.creds = provider, creds
-        self.client = sdk("openai", provider).OpenAI(
-            api_key=creds.api_key, base_url=creds.base_url, max_retries=sdk_retries()
-        )
+        self.client = _client(provider, creds, sdk_retries(), False)
 
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -326,7 +354,7 @@ class OpenAIBatches:
             self.client.batches.create,
             input_file_id=file_id,
             endpoint=endpoint,
-            completion_window="24h",
+            completion_window=self.creds.options.get("completion_window", "24h"),
             metadata=metadata,
         )
         return str(batch.id)
@@ -370,11 +398,11 @@ class OpenAILive:
 
     def __init__(self, provider: str, creds: Credentials) -> None:
         self.provider, self.creds = provider, creds
-        self.client = sdk("openai", provider).AsyncOpenAI(api_key=creds.api_key, base_url=creds.base_url, max_retries=0)
+        self.client = _client(provider, creds, 0, True)
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
         body = line["body"]
-        api = self.client.responses if line.get("url") == RESPONSES else self.client.chat.completions
+        api = self.client.responses if str(line.get("url")).endswith("/responses") else self.client.chat.completions
         try:
             raw = await api.with_raw_response.create(**sdk_kwargs(api.create, body))
             parsed = raw.parse()

@@ -1,0 +1,180 @@
+"""Together's routes (base URL `http://HOST:PORT/together`, as the together SDK's `base_url`): files uploaded the
+SDK's way (`POST /v1/files` answers 302 with the storage URL and `X-Together-File-Id`; the bytes are PUT there; then
+`POST /v1/files/{id}/preprocess`), file metadata and content, batches (`together_batches`: create answers `{job,
+warning}`, get, list, cancel) and chat completions. Keys as `Authorization: Bearer`; errors as `{"error": {message,
+type, param, code}}`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, Router
+
+from nspec.runners.emulator import body_batches, together_batches
+from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, retry_headers
+from nspec.runners.emulator.generation import count_tokens, together_completion
+from nspec.runners.emulator.state import StoredFile
+
+PREFIX = "/together"
+ENDPOINT = "/v1/chat/completions"
+_UPLOAD = f"{PREFIX}/upload/"
+
+
+def _authenticate(request: Request, expected: str | None) -> None:
+    if request.url.path.startswith(_UPLOAD):
+        return  # a storage URL is its own credential: the SDK PUTs the bytes there without the key
+    auth = request.headers.get("authorization", "")
+    bearer = auth[7:] if auth.lower().startswith("bearer ") else ""
+    if not bearer or (expected is not None and bearer != expected):
+        raise ApiError(401, "invalid_request_error", "Invalid API key provided.", code="invalid_api_key")
+
+
+def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    body = {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": error.code}}
+    return body, {"x-request-id": request_id}
+
+
+DIALECT = Dialect(
+    error_body=_error_body,
+    authenticate=_authenticate,
+    server_error=ApiError(500, "server_error", "Internal server error"),
+    overloaded=ApiError(503, "server_error", "The server is overloaded or not ready yet."),
+    rate_limited=lambda model, wait: ApiError(
+        429, "rate_limit_exceeded", "Rate limit exceeded", code="rate_limit_exceeded", headers=retry_headers(wait)
+    ),
+    bad_json=ApiError(400, "invalid_request_error", "Could not parse the JSON body."),
+)
+
+
+def _file(stored: StoredFile) -> dict[str, Any]:
+    return {
+        "id": stored.id,
+        "object": "file",
+        "bytes": stored.size,
+        "created_at": stored.created_at,
+        "filename": stored.filename,
+        "FileType": "jsonl",
+        "purpose": "batch-api",
+        "processing_status": "COMPLETED",
+    }
+
+
+def router(api: Api) -> Router:
+    emu, config = api.emu, api.config
+    routes: list[Route] = []
+
+    @api.route("together", "POST", f"{PREFIX}/v1/files")
+    async def start_upload(request: Request) -> Response:
+        form = await request.form()
+        purpose, name = form.get("purpose"), form.get("file_name")
+        if purpose != "batch-api":
+            raise ApiError(400, "invalid_request_error", f"This emulator takes batch-api files, not {purpose!r}.")
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "invalid_request_error", "file_name is required.", "file_name")
+        file_id = f"file-{secrets.token_hex(12)}"
+        emu.store.uploads[file_id] = {"name": name, "data": None}
+        location = f"{request.base_url}{_UPLOAD.lstrip('/')}{file_id}"
+        return Response(b"", status_code=302, headers={"Location": location, "X-Together-File-Id": file_id})
+
+    @api.route("together", "PUT", f"{_UPLOAD}{{file_id}}")
+    async def put_bytes(request: Request) -> Response:
+        session = emu.store.uploads.get(request.path_params["file_id"])
+        if session is None:
+            raise ApiError(404, "invalid_request_error", "No such upload.")
+        session["data"] = await request.body()
+        return Response(b"", status_code=200)
+
+    @api.route("together", "POST", f"{PREFIX}/v1/files/{{file_id}}/preprocess")
+    async def preprocess(request: Request) -> Response:
+        file_id = request.path_params["file_id"]
+        session = emu.store.uploads.get(file_id)
+        if session is None or session["data"] is None:
+            raise ApiError(404, "invalid_request_error", f"File {file_id} was not uploaded.")
+        del emu.store.uploads[file_id]
+        data = session["data"]
+        stored = emu.store.put_file(session["name"], "batch", data, int(emu.clock.now()), file_id=file_id)
+        return JSONResponse(_file(stored))
+
+    def stored_file(file_id: str) -> StoredFile:
+        stored = emu.store.files.get(file_id)
+        if stored is None:
+            raise ApiError(404, "invalid_request_error", f"File {file_id} not found.")
+        return stored
+
+    @api.route("together", "GET", f"{PREFIX}/v1/files/{{file_id}}")
+    async def get_file(request: Request) -> Response:
+        return JSONResponse(_file(stored_file(request.path_params["file_id"])))
+
+    @api.route("together", "GET", f"{PREFIX}/v1/files/{{file_id}}/content")
+    async def file_content(request: Request) -> Response:
+        stored = stored_file(request.path_params["file_id"])
+        data = emu.store.read_file(stored.id)
+        if emu.roll(config.faults.truncate_rate):
+            return Dropped(data, "application/octet-stream")
+        return Response(data, media_type="application/octet-stream")
+
+    routes += [start_upload, put_bytes, preprocess, get_file, file_content]
+
+    def now_view(job: dict[str, Any]) -> dict[str, Any]:
+        return together_batches.view(emu.store, job, config, emu.clock.now(), emu.responder)
+
+    @api.route("together", "POST", f"{PREFIX}/v1/batches")
+    async def create_batch(request: Request) -> Response:
+        body = await api.json_body(request, "together")
+        if not isinstance(body, dict) or not isinstance(body.get("input_file_id"), str):
+            raise ApiError(400, "invalid_request_error", "input_file_id is required.", "input_file_id")
+        if body.get("endpoint") != ENDPOINT:
+            raise ApiError(400, "invalid_request_error", f"endpoint must be {ENDPOINT}.", "endpoint")
+        stored = stored_file(body["input_file_id"])
+        fields = {"model": body.get("model_id"), "file_size": stored.size}
+        kind = together_batches.KIND
+        job = body_batches.create(emu.store, config, emu.rng, kind, [stored.id], fields, emu.clock.now())
+        return JSONResponse({"job": now_view(job), "warning": None}, status_code=201)
+
+    def job(job_id: str) -> dict[str, Any]:
+        found = emu.store.together_batches.get(job_id)
+        if found is None:
+            raise ApiError(404, "invalid_request_error", f"Batch {job_id} not found.")
+        return found
+
+    @api.route("together", "GET", f"{PREFIX}/v1/batches/{{job_id}}")
+    async def get_batch(request: Request) -> Response:
+        return JSONResponse(now_view(job(request.path_params["job_id"])))
+
+    @api.route("together", "POST", f"{PREFIX}/v1/batches/{{job_id}}/cancel")
+    async def cancel_batch(request: Request) -> Response:
+        found = job(request.path_params["job_id"])
+        body_batches.cancel(emu.store, found, emu.clock.now())
+        return JSONResponse(now_view(found))
+
+    @api.route("together", "GET", f"{PREFIX}/v1/batches")
+    async def list_batches(request: Request) -> Response:
+        jobs = sorted(emu.store.together_batches.values(), key=lambda j: j["created"], reverse=True)
+        return JSONResponse([now_view(j) for j in jobs])
+
+    routes += [create_batch, get_batch, cancel_batch, list_batches]
+
+    @api.route("together", "POST", f"{PREFIX}/v1/chat/completions", live=True)
+    async def chat(request: Request) -> Response:
+        body = await api.json_body(request, "together")
+        problem = together_batches.line_problem(body, config)
+        if problem is not None:
+            status, message = problem
+            error = together_batches.error_body(status, message)["error"]
+            raise ApiError(status, error["type"], message, code=error["code"])
+        if body.get("stream"):
+            raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
+        prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
+        headers = api.live_limit("together", body, prompt, int(body.get("max_tokens") or 0))
+        await asyncio.sleep(config.timing.live_latency_seconds)
+        completion = together_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        emu.answered["together"] += 1
+        return JSONResponse(completion, headers=headers)
+
+    routes.append(chat)
+    return Router(routes=routes)
