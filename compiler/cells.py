@@ -12,7 +12,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nspec.errors import CompileError
@@ -21,7 +21,8 @@ from nspec.providers import provider as provider_api
 from nspec.spec.templates import render
 
 from . import grid as grid_axes
-from .context import BuiltContext, Insert, PromptParts, build_context
+from .caching import CacheCut, CachePlanner, CachePolicy, ReadsAhead, cache_policy, control_nonce
+from .context import BuiltContext, Insert, PromptParts, build_context, fixed_tokens
 from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
@@ -51,6 +52,7 @@ class Model:
     entry: dict[str, Any] = field(repr=False)
     api: Provider = field(repr=False)  # what its provider knows: request lines, limits, modes
     counter: Counter | None = field(default=None, repr=False)  # the provider's counts, once calibrated
+    cache: CachePolicy | None = None  # how its requests are shaped for the provider's prompt cache
 
     @property
     def slug(self) -> str:
@@ -89,6 +91,11 @@ class _Draft:
     needles: list[dict[str, Any]]
     expected: list[str]
     alternates: list[str]
+    control: bool = False  # in the cache control arm
+    place: int = 0  # its place in its cache group (`ReadsAhead.place`)
+    within: int = 0  # cells of its place still to come
+    siblings_ahead: int = 0  # questions still to come about this same context
+    question_index: int | None = None  # which of its context's questions it asks (several per context)
 
 
 def models_of(
@@ -107,6 +114,7 @@ def models_of(
             counter = Counter(api, entry, params, known, (fetch or {}).get(entry["id"]))
         out.append(
             Model(
+                cache=cache_policy(spec.get("cache"), entry, api),
                 label=entry.get("name", entry["id"]),
                 model_id=entry["id"],
                 provider=provider,
@@ -173,19 +181,25 @@ class CellMaker:
         self.aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
+        self.per_context: int = spec["grid"].get("questions_per_context", 1)
+        self.caching = CachePlanner(self.seed)
+        self._reads_ahead: ReadsAhead | None = None
+        self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack
 
     def count(self) -> int:
         """How many cells the grid makes, by arithmetic (nothing is built): what the cell cap is checked against
         before any work. Cells that `run.on_too_long: drop` would drop are counted."""
         if self.is_stack:
-            per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
-            questions = len(self.source.questions)
-            if per_trial is not None:
-                questions = min(questions, per_trial)
-            per_slot = len(self.depths) * len(self.repeats) * questions
+            per_slot = len(self.depths) * len(self.repeats) * self._stack_questions()
         else:
-            per_slot = len(self.depths)
+            per_slot = len(self.depths) * self.per_context
         return self.trials * len(self.models) * len(self.variants) * len(self.lengths) * (per_slot + self.negatives)
+
+    def _stack_questions(self) -> int:
+        """How many of a stack's questions each trial asks."""
+        per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
+        questions = len(self.source.questions)
+        return questions if per_trial is None else min(questions, per_trial)
 
     # -- haystack text -------------------------------------------------------------------------------------------
 
@@ -288,48 +302,111 @@ class CellMaker:
         per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
         if per_trial is not None and per_trial < len(questions):
             questions = Draws(self.seed, "questions", slot.trial).sample(questions, per_trial)
-        for depth in self.depths:
+        k = self.per_context
+        chunks = [questions[i : i + k] for i in range(0, len(questions), k)]
+        per_depth = len(self.repeats) * len(questions)
+        for di, depth in enumerate(self.depths):
+            place = self.reads_ahead.place(self.lengths.index(slot.length), di)
+            n = 0
             for repeat in self.repeats:
-                for q in questions:
-                    identity = {
-                        "variant": slot.variant,
-                        "length": slot.length,
-                        "depth": depth,
-                        "trial": slot.trial,
-                        "repeat": repeat,
-                        "item": q.item,
-                    }
-                    needles = [
-                        {
-                            "id": q.item,
-                            "index": 0,
-                            "role": "target",
-                            "text": self.source.items[q.item],
-                            "depth_requested": depth,
+                for chunk in chunks:
+                    inserts = [Insert(self.source.items[q.item], depth, repeat) for q in chunk]
+                    for j, q in enumerate(chunk):
+                        identity = {
+                            "variant": slot.variant,
+                            "length": slot.length,
+                            "depth": depth,
+                            "trial": slot.trial,
+                            "repeat": repeat,
+                            "item": q.item,
                         }
-                    ]
-                    inserts = [Insert(self.source.items[q.item], depth, repeat)]
-                    yield self._draft(slot, identity, q.question, inserts, needles, [q.answer], list(q.alternates))
+                        needles = [
+                            {
+                                "id": other.item,
+                                "index": 0,
+                                "role": "target" if other is q else "distractor",
+                                "text": self.source.items[other.item],
+                                "depth_requested": depth,
+                            }
+                            for other in chunk
+                        ]
+                        n += 1
+                        yield self._draft(
+                            slot,
+                            identity,
+                            q.question,
+                            inserts,
+                            needles,
+                            [q.answer],
+                            list(q.alternates),
+                            (place, per_depth - n, len(chunk) - 1 - j, j if k > 1 else None),
+                        )
 
     def _text_cells(self, slot: _Slot) -> Iterator[_Draft]:
         ids = needle_ids(self.spec["needles"])
-        for depth in self.depths:
+        k = self.per_context
+        for di, depth in enumerate(self.depths):
             key = (slot.length, depth, slot.trial)
-            drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", *key))
-            depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", *key))
-            inserts = [Insert(n.text, d) for n, d in zip(drawn.instances, depths, strict=True)]
-            needles = [
-                {"id": n.needle_id, "index": n.index, "role": n.role, "text": n.text, "depth_requested": d}
-                for n, d in zip(drawn.instances, depths, strict=True)
-            ]
-            identity = {
-                "variant": slot.variant,
-                "length": slot.length,
-                "depth": depth,
-                "trial": slot.trial,
-                "needles": ids,
-            }
-            yield self._draft(slot, identity, drawn.question, inserts, needles, drawn.expected, drawn.alternates)
+            sets = self._needle_sets(key)
+            inserts: list[Insert] = []
+            placed: list[list[dict[str, Any]]] = []
+            for j, drawn in enumerate(sets):
+                depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", *key, *([j] if j else [])))
+                inserts += [Insert(n.text, d) for n, d in zip(drawn.instances, depths, strict=True)]
+                placed.append(
+                    [
+                        {"id": n.needle_id, "index": n.index, "role": n.role, "text": n.text, "depth_requested": d}
+                        for n, d in zip(drawn.instances, depths, strict=True)
+                    ]
+                )
+            place = self.reads_ahead.place(self.lengths.index(slot.length), di)
+            for j, drawn in enumerate(sets):
+                # Every question's context holds every set's needles; another question's are distractors to it.
+                needles = [
+                    {**n, "role": n["role"] if i == j else "distractor"} for i, ns in enumerate(placed) for n in ns
+                ]
+                identity = {
+                    "variant": slot.variant,
+                    "length": slot.length,
+                    "depth": depth,
+                    "trial": slot.trial,
+                    "needles": ids,
+                    **({"question": j} if k > 1 else {}),
+                }
+                yield self._draft(
+                    slot,
+                    identity,
+                    drawn.question,
+                    inserts,
+                    needles,
+                    drawn.expected,
+                    drawn.alternates,
+                    (place, k - 1 - j, k - 1 - j, j if k > 1 else None),
+                )
+
+    def _needle_sets(self, key: tuple[Any, ...]) -> list[CellNeedles]:
+        """The needles of one context: one set per question, each drawn afresh until its question differs from
+        the sets' before it (two questions alike could not be told apart)."""
+        sets = [draw_needles(self.spec["needles"], Draws(self.seed, "needles", *key))]
+        for j in range(1, self.per_context):
+            for attempt in range(100):
+                drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", *key, j, attempt))
+                if all(drawn.question != s.question for s in sets):
+                    break
+            else:
+                raise CompileError(
+                    f"grid.questions_per_context is {self.per_context}, but the needles' variables give fewer "
+                    "distinct questions: add values to the variables the question names"
+                )
+            sets.append(drawn)
+        return sets
+
+    @property
+    def reads_ahead(self) -> ReadsAhead:
+        if self._reads_ahead is None:
+            per_depth = len(self.repeats) * self._stack_questions() if self.is_stack else self.per_context
+            self._reads_ahead = ReadsAhead(self.lengths, self.depths, per_depth, self.negatives)
+        return self._reads_ahead
 
     def _needle_depths(self, drawn: CellNeedles, depth: float, draws: Draws) -> list[float]:
         """Requested depth of every instance: the first at the cell's depth, the rest per `placement`."""
@@ -380,7 +457,8 @@ class CellMaker:
         else:
             question = draw_needles(self.spec["needles"], draws).question
         identity = {"variant": slot.variant, "length": slot.length, "trial": slot.trial, "negative": k}
-        return self._draft(slot, identity, question, [], [], [], [])
+        place = self.reads_ahead.place(self.lengths.index(slot.length), None)
+        return self._draft(slot, identity, question, [], [], [], [], (place, self.negatives - 1 - k, 0, None))
 
     @staticmethod
     def _parts(prompt: dict[str, Any], question: str) -> PromptParts:
@@ -404,9 +482,25 @@ class CellMaker:
         needles: list[dict[str, Any]],
         expected: list[str],
         alternates: list[str],
+        order: tuple[int, int, int, int | None],
     ) -> _Draft:
+        """``order``: the cell's place in its cache group (`ReadsAhead.place`), the cells of that place still to
+        come, the questions still to come about its context, and its question's index in the context (or None)."""
         parts = self._parts(slot.prompt, question)
-        return _Draft(identity, question, parts, inserts, needles, expected, alternates)
+        place, within, siblings, index = order
+        draft = _Draft(identity, question, parts, inserts, needles, expected, alternates)
+        draft.place, draft.within, draft.siblings_ahead, draft.question_index = place, within, siblings, index
+        policy = slot.model.cache
+        if policy is not None and self.caching.is_control(policy, self._cell_id(slot, draft)):
+            draft.control = True
+            if policy.style.kind == "prefix":  # the provider caches by itself: start the prompt with a nonce
+                nonce = control_nonce(self._cell_id(slot, draft))
+                draft.parts = (
+                    replace(parts, system=nonce + parts.system)
+                    if parts.system is not None
+                    else replace(parts, prefix=nonce + parts.prefix)
+                )
+        return draft
 
     def _cell_id(self, slot: _Slot, draft: _Draft) -> str:
         return cell_id(slot.model, {"model": slot.model.label, **draft.identity})
@@ -458,10 +552,11 @@ class CellMaker:
         request = model.api.request_line(
             model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
         )
+        counted_request = request
         tokens, exact, composed = built.tokens, model.tokenizer.exact, None
         length: dict[str, Any] = {"counted_by": model.tokenizer.name}
         if counter is not None:
-            composed, whole = built.tokens, counter.known_line(request)
+            composed, whole = built.tokens, counter.known_line(counted_request)
             tokens = composed if whole is None else whole
             exact = whole is not None or counter.composes
             length = {"counted_by": counter.known.counted_by}
@@ -475,6 +570,13 @@ class CellMaker:
                 length["fitted_to"] = target
                 self.capped[model.label] = self.capped.get(model.label, 0) + 1
         max_tokens = model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve))
+        extra: dict[str, Any] = {}
+        if draft.question_index is not None:
+            extra["question_index"] = draft.question_index
+        if model.cache is not None:
+            cut = self._cache_cut(slot, draft, built, cid)
+            request = model.api.shape_cache(request, built.user, cut)
+            extra["cache"] = cut.record()
         identity = draft.identity
         record = {
             "cell_id": cid,
@@ -502,5 +604,27 @@ class CellMaker:
             "negative": "negative" in identity,
             "max_tokens": max_tokens,
             "haystack_uses": uses,
+            **extra,
         }
         return Cell(record, request, model, composed)
+
+    def _cache_cut(self, slot: _Slot, draft: _Draft, built: BuiltContext, cid: str) -> CacheCut:
+        """The cell's cache shape: its group is every cell of the model, trial and prompt variant whose prompt is
+        the same up to the haystack and whose haystack starts at the same token."""
+        model, parts, tt = slot.model, draft.parts, slot.tt
+        assert model.cache is not None
+        begin = built.span[0]
+        shared = [model.label, str(slot.variant), str(slot.trial), str(begin), parts.system or "", parts.prefix]
+        group = "\0".join(shared)
+        if group not in self._heads:
+            self._heads[group] = fixed_tokens(model.tokenizer, parts) + len(model.tokenizer.encode(parts.prefix))
+        head = self._heads[group]
+        scale = model.tokenizer.scale
+        needle = (len(parts.prefix) + len(tt.text(begin, built.first_insert)), scale(head + built.first_insert - begin))
+        context_chars = len(built.user) - len(parts.suffix)
+        digest = hashlib.sha256(built.user[:context_chars].encode()).hexdigest() if self.per_context > 1 else cid
+        context = (context_chars, scale(head + built.haystack_tokens), digest)
+        # A needle at depth 100 moved the haystack's start: the cell shares its prefix with no other context (its
+        # group is its own), only its context with the context's other questions.
+        reads = 0 if begin != slot.start else self.reads_ahead(draft.place, draft.within)
+        return self.caching.cut(model.cache, group, draft.control, needle, context, reads, draft.siblings_ahead)

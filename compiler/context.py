@@ -64,6 +64,7 @@ class BuiltContext:
     depths: tuple[float, ...]  # actual depth of each insert, in percent
     span: tuple[int, int]  # the haystack tokens used, [begin, end)
     own_tokens: int  # the whole request in the tokenizer's own units (before a proxy's factor)
+    first_insert: int  # the haystack token the first insert goes before (the span's end when there is none)
 
 
 def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
@@ -140,12 +141,16 @@ class _Fit:
     def build(self, begin: int, end: int) -> tuple[BuiltContext, int]:
         """The context of haystack tokens [begin, end) with the inserts, and its total in model tokens."""
         tt, tokenizer, parts = self.tt, self.tokenizer, self.parts
-        pieces, depths = _assemble(tt, begin, end, self.inserts, self.texts, self.sizes, self.stack_separator)
+        positions = place(tt, begin, end, self.inserts, self.sizes, self.stack_separator is None)
+        pieces, depths = assemble_at(
+            tt, begin, end, positions, self.inserts, self.texts, self.sizes, self.stack_separator
+        )
         user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
         total = tokenizer.scale(self.fixed + user_tokens)
         user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
         hay = user_tokens - len(tokenizer.encode(parts.prefix)) - len(tokenizer.encode(parts.suffix))
-        return BuiltContext(user, total, hay, depths, (begin, end), self.fixed + user_tokens), total
+        first = min(positions, default=end)
+        return BuiltContext(user, total, hay, depths, (begin, end), self.fixed + user_tokens, first), total
 
     def moving_end(self, begin: int, end: int, mode: str) -> BuiltContext:
         best: BuiltContext | None = None
@@ -204,20 +209,6 @@ def _insert_text(insert: Insert, stack_separator: str | None) -> str:
     if stack_separator is None:
         return insert.text
     return (insert.text + stack_separator) * insert.repeat
-
-
-def _assemble(
-    tt: TokenizedText,
-    start: int,
-    end: int,
-    inserts: list[Insert],
-    texts: list[str],
-    sizes: list[int],
-    stack_separator: str | None,
-) -> tuple[list[str | tuple[int, int]], tuple[float, ...]]:
-    """The pieces of the haystack part (text, or (a, b) token ranges) and each insert's actual depth."""
-    positions = place(tt, start, end, inserts, sizes, stack_separator is None)
-    return assemble_at(tt, start, end, positions, inserts, texts, sizes, stack_separator)
 
 
 def place(tt: TokenizedText, start: int, end: int, inserts: list[Insert], sizes: list[int], bounded: bool) -> list[int]:

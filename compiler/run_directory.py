@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,10 +23,11 @@ from nspec import __version__, jsonl
 from nspec.errors import CompileError, writing
 from nspec.inputs import Confinement
 
-from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model
+from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model, models_of
 from .counts import CountsFile, Fetch
 from .haystack import HaystackSource, load_haystack
-from .prices import price_for, price_table
+from .prices import LANES, Lane, Usage, price_for, price_table
+from .tokenizers import encoding
 
 FORMAT_VERSION = 1
 # The most cells a compile makes unless told otherwise: beyond any grid run so far, and still a bounded compile
@@ -50,9 +51,19 @@ def effective_mode(model: Model) -> str:
     return model.api.mode(model.entry)
 
 
+# A judge's reply: a verdict token or a score (runners.grading.judging asks for no more).
+JUDGE_MAX_TOKENS = 16
+# The judge prompt's own words around the question, expected answer, needle and answer (o200k tokens, checked
+# against the prompt in tests/test_costs.py).
+JUDGE_PROMPT_TOKENS = 180
+
+# The lanes a plan prices: each provider lane, with and without the compiled cache shape where caching applies.
+PLAN_LANES = ("live", "live_cache", "batch", "batch_cache", "flex")
+
+
 @dataclass
 class ModelTotals:
-    """What one model's cells add up to."""
+    """What one model's cells add up to, and what they would cost on each lane."""
 
     model: Model
     cells: int = 0
@@ -60,30 +71,73 @@ class ModelTotals:
     input_tokens: int = 0
     output_tokens_max: int = 0
     shards: list[dict[str, Any]] = field(default_factory=list)
-
     inexact_cells: int = 0
+    # The cache reads and writes the compiled shape is expected to make.
+    cached: Usage = field(default_factory=lambda: Usage(0, 0))
+    control_cells: int = 0
+    costs: dict[str, float] = field(default_factory=dict)  # per priced lane, summed request by request
+
+    def __post_init__(self) -> None:
+        model = self.model
+        self.price = price_for(model.model_id, model.entry.get("price"))
+        self.mode = effective_mode(model)
+        has_batch = model.api.has_batch(model.entry)
+        flex = model.api.takes_flex(model.entry)
+        cache = model.cache is not None
+        wanted = {
+            "live": True,
+            "live_cache": cache and self.mode != "batch",
+            "batch": has_batch,
+            "batch_cache": cache and has_batch and self.mode == "batch",
+            "flex": flex,
+        }
+        price = self.price
+        lanes = [lane for lane in PLAN_LANES if wanted[lane] and price is not None]
+        self.lanes = [lane for lane in lanes if price is not None and price.has(_lane(lane))]
+        self.costs = dict.fromkeys(self.lanes, 0.0)
 
     def add(self, cell: Cell) -> None:
+        record = cell.record
         self.cells += 1
-        self.inexact_cells += not cell.record["tokens_exact"]
-        self.negative_controls += cell.record["negative"]
-        self.input_tokens += cell.record["context_length"]["prompt"]
-        self.output_tokens_max += cell.record["max_tokens"]
+        self.inexact_cells += not record["tokens_exact"]
+        self.negative_controls += record["negative"]
+        prompt, answer = record["context_length"]["prompt"], record["max_tokens"]
+        self.input_tokens += prompt
+        self.output_tokens_max += answer
+        plain = Usage(prompt, answer)
+        cached = plain
+        shape = record.get("cache")
+        if shape is not None:
+            self.control_cells += shape["arm"] == "control"
+            write = shape.get("write_tokens", 0)
+            hour = shape.get("ttl") == "1h"
+            cached = Usage(prompt, answer, shape.get("read_tokens", 0), 0 if hour else write, write if hour else 0)
+            self.cached += replace(cached, input_tokens=0, output_tokens=0)
+        if self.price is not None:
+            for lane in self.lanes:
+                usage = cached if lane.endswith("_cache") or lane == "flex" else plain
+                self.costs[lane] += self.price.cost(usage, _lane(lane)) or 0.0
 
     def as_dict(self, dropped: int) -> dict[str, Any]:
         model = self.model
-        price = price_for(model.model_id, model.entry.get("price"))
-        mode = effective_mode(model)
-
-        def cost(batch: bool) -> float | None:
-            if price is None or (batch and mode == "live" and not model.api.has_batch(model.entry)):
-                return None
-            return round(price.cost(self.input_tokens, self.output_tokens_max, batch), 4)
-
+        costs = {lane: round(usd, 4) for lane, usd in self.costs.items()}
+        expected = {"batch": "batch", "flex": "flex"}.get(self.mode, "live")
+        if model.cache is not None and expected != "flex":
+            expected += "_cache"
+        cost_usd: dict[str, Any] = {lane: costs.get(lane) for lane in PLAN_LANES}
+        cost_usd.update(
+            run=costs.get(expected),
+            run_lane=expected,
+            cheapest=min(costs, key=lambda lane: costs[lane]) if costs else None,
+            known=self.price is not None,
+            output="at most: every answer at its max_tokens",
+        )
+        if self.price is not None:
+            cost_usd["price"] = {"source": self.price.source, "as_of": self.price.as_of}
         return {
             "label": model.label,
             "id": model.model_id,
-            "mode": mode,
+            "mode": self.mode,
             "format": model.api.request_format,
             "tokenizer": (
                 {"name": model.counter.known.counted_by, "exact": self.inexact_cells == 0, "margin": 0.0}
@@ -96,9 +150,75 @@ class ModelTotals:
             "requests": self.cells,
             "input_tokens": self.input_tokens,
             "output_tokens_max": self.output_tokens_max,
-            "cost_usd": {"live": cost(False), "batch": cost(True), "known": price is not None},
+            "cache": (
+                None
+                if model.cache is None
+                else {
+                    "style": model.cache.style.kind,
+                    "ttl": model.cache.ttl if model.cache.style.kind == "breakpoints" else None,
+                    "control_cells": self.control_cells,
+                    "read_tokens": self.cached.cache_read_tokens,
+                    "write_tokens": self.cached.cache_write_tokens + self.cached.cache_write_1h_tokens,
+                }
+            ),
+            "cost_usd": cost_usd,
             "shards": self.shards,
         }
+
+
+def _lane(plan_lane: str) -> Lane:
+    """The provider lane a plan lane is billed at."""
+    return next(lane for lane in LANES if lane == plan_lane.removesuffix("_cache"))
+
+
+class JudgeTotals:
+    """What grading every answer would ask of each judge of the panel: an upper bound, since the judges grade only
+    what the scorers leave undecided unless `when: always`."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        settings = next((s["judge"] for s in spec.get("scoring") or [] if "judge" in s), None)
+        self.models = [] if settings is None else models_of({"models": settings["models"]})
+        self.always = settings is not None and settings.get("when", "undecided") == "always"
+        self.requests = 0
+        self.input_tokens = 0
+
+    def add(self, cell: Cell) -> None:
+        if not self.models:
+            return
+        record = cell.record
+        texts = [
+            record["question"],
+            *record["expected"],
+            *(n["text"] for n in record["needles"] if n["role"] == "target"),
+        ]
+        self.requests += 1
+        counted = sum(map(encoding("o200k_base").count, texts))
+        self.input_tokens += JUDGE_PROMPT_TOKENS + record["max_tokens"] + counted
+
+    def as_list(self) -> list[dict[str, Any]]:
+        out = []
+        for model in self.models:
+            price = price_for(model.model_id, model.entry.get("price"))
+            mode = effective_mode(model)
+            usage = Usage(self.input_tokens, self.requests * JUDGE_MAX_TOKENS)
+            lane: Lane = "batch" if mode == "batch" else "flex" if mode == "flex" else "live"
+            out.append(
+                {
+                    "label": model.label,
+                    "id": model.model_id,
+                    "mode": mode,
+                    "requests": self.requests,
+                    "input_tokens": self.input_tokens,
+                    "output_tokens_max": usage.output_tokens,
+                    "bound": "exact" if self.always else "at most",
+                    "cost_usd": None if price is None else _round(price.cost(usage, lane)),
+                }
+            )
+        return out
+
+
+def _round(usd: float | None) -> float | None:
+    return None if usd is None else round(usd, 4)
 
 
 @dataclass
@@ -109,6 +229,7 @@ class Plan:
     haystack: dict[str, Any]
     models: list[dict[str, Any]]
     fallbacks: list[dict[str, Any]]
+    judges: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +238,7 @@ class Plan:
             "compile_hash": self.compile_hash,
             "haystack": self.haystack,
             "models": self.models,
+            "judges": self.judges,
             "fallbacks": self.fallbacks,
             "prices": {"as_of": price_table()["as_of"], "currency": price_table()["currency"]},
         }
@@ -267,11 +389,13 @@ def plan(
     them."""
     source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
     totals = {m.label: ModelTotals(m) for m in maker.models}
+    judges = JudgeTotals(spec)
     for cell in maker.cells():
         totals[cell.model.label].add(cell)
+        judges.add(cell)
     models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
     notes = fallbacks(source, maker, models)
-    return Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes)
+    return Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes, judges.as_list())
 
 
 class ShardWriter:

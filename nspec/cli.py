@@ -70,6 +70,15 @@ WaitLock = Annotated[
         "--wait-lock", help="If another nspec process is working in the run directory, wait for it instead of exit 3."
     ),
 ]
+MaxUsd = Annotated[
+    float | None,
+    typer.Option(
+        "--max-usd",
+        min=0.0,
+        help="A budget in USD (over the spec's budget.max_usd): work estimated above it is refused, live calls stop "
+        "at it (exit 4).",
+    ),
+]
 MaxCells = Annotated[
     int,
     typer.Option("--max-cells", min=1, help="Refuse a grid of more cells than this, before any work."),
@@ -290,12 +299,13 @@ def _usd(value: float | None) -> str:
 def submit(
     run: Annotated[str, typer.Argument(help="The run directory (printed by nspec compile).")],
     wait_lock: WaitLock = False,
+    max_usd: MaxUsd = None,
 ) -> None:
     """Upload and create batches for pending shards, and run live models; safe to repeat."""
     from nspec.runners import pipeline
 
     with _Progress() as events:
-        sent = pipeline.submit(run, events, wait_lock=wait_lock)
+        sent = pipeline.submit(run, events, wait_lock=wait_lock, max_usd=max_usd)
     out = _stdout()
     for batch_id in sent.created:
         out.print(f"created batch {batch_id}", markup=False)
@@ -451,6 +461,7 @@ def run_command(
     allow_path: AllowPaths = None,
     max_cells: MaxCells = DEFAULT_MAX_CELLS,
     wait_lock: WaitLock = False,
+    max_usd: MaxUsd = None,
 ) -> None:
     """Compile, submit, collect, score and report; running it again continues where it stopped.
     Exit 3 while batches are pending (for cron: run again later)."""
@@ -458,7 +469,7 @@ def run_command(
 
     console = _stdout()
     with _Progress() as events:
-        ran = pipeline.run(spec, out, wait, events, allow_path or (), max_cells, wait_lock)
+        ran = pipeline.run(spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd)
     if ran.scored is not None:
         console.print("scores: " + _verdicts(ran.scored.counts), markup=False)
     if ran.report is not None:

@@ -193,6 +193,13 @@ class ConnectionFailed(ProviderError):
     """No response, or a response body cut off mid-way."""
 
 
+class BudgetSpent(NspecError):
+    """Live calls stopped at the run's budget (`budget.max_usd`, `--max-usd`): what came back is recorded, the rest
+    is not sent (exit 4)."""
+
+    exit_code = 4
+
+
 class RunBusy(NspecError):
     """Another nspec process is submitting, collecting, scoring or reporting in the same run directory. Run again
     once it is done (a cron job simply tries again at its next turn)."""

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
+from nspec.compiler.prices import Usage
 from nspec.errors import AuthenticationFailed, UserError
 
 if TYPE_CHECKING:
+    from nspec.compiler.caching import CacheCut, CacheStyle
     from nspec.compiler.tokenizers import Tokenizer
 
 GROUP = "nspec.providers"
@@ -47,6 +49,36 @@ class Outcome:
     output_tokens: int = 0
     error: dict[str, Any] | None = None
     retryable: bool = True  # for errors: whether sending again may help
+    # Of input_tokens (every prompt token), those read from the prompt cache and those written to it (for five
+    # minutes, and for an hour).
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+
+    @classmethod
+    def ok(cls, custom_id: str, text: str, finish_reason: str | None, usage: Usage) -> Outcome:
+        """An answer, with its usage."""
+        return cls(
+            custom_id,
+            "ok",
+            text,
+            finish_reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_write_1h_tokens=usage.cache_write_1h_tokens,
+        )
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.cache_write_1h_tokens,
+        )
 
 
 @dataclass(frozen=True)
@@ -218,6 +250,10 @@ class Provider(Protocol):
         """Whether the model can be sent as a batch (at the batch price)."""
         ...
 
+    def takes_flex(self, entry: Mapping[str, Any]) -> bool:
+        """Whether the model has a flex tier: live calls at the batch price (`mode: flex`)."""
+        ...
+
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         """The most one batch input file (or create call) of the entry's model may hold."""
         ...
@@ -236,6 +272,15 @@ class Provider(Protocol):
         """The batch input line of one request to the model of ``entry`` (its entry in the resolved spec: the id,
         and settings such as `endpoint`), with ``params`` (the entry's, or a judge's) and an answer budget of
         ``max_tokens`` unless the params set one: exactly what is uploaded (and what a live call sends)."""
+        ...
+
+    def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle | None:
+        """How the provider caches the prompts of the entry's model (None: nspec shapes nothing for it)."""
+        ...
+
+    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+        """One of its request lines, whose user message is ``user``, shaped by ``cut``: the message split into
+        blocks at the cut's boundaries and marked at its breakpoints, or the group's cache key added. Pure."""
         ...
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:

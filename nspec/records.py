@@ -53,11 +53,16 @@ class CellRecord(TypedDict):
     max_tokens: int
     haystack_uses: int
     shard: str
+    cache: NotRequired[dict[str, Any]]
+    question_index: NotRequired[int]
 
 
 class Usage(TypedDict):
-    input_tokens: int
+    input_tokens: int  # every prompt token, cached or not
     output_tokens: int
+    cache_read_tokens: NotRequired[int]  # of input_tokens: read from the prompt cache (absent: none)
+    cache_write_tokens: NotRequired[int]  # written to it for five minutes
+    cache_write_1h_tokens: NotRequired[int]  # written to it for an hour
 
 
 class ResultRecord(TypedDict):
@@ -129,6 +134,7 @@ class ModelManifest(TypedDict):
     requests: int
     input_tokens: int
     output_tokens_max: int
+    cache: dict[str, Any] | None
     cost_usd: dict[str, Any]
     shards: list[Shard]
 
@@ -143,6 +149,7 @@ class Manifest(TypedDict):
     compile_hash: str
     haystack: dict[str, Any]
     models: list[ModelManifest]
+    judges: list[dict[str, Any]]
     fallbacks: list[dict[str, Any]]
     prices: dict[str, Any]
     provenance: dict[str, Any]

@@ -43,6 +43,7 @@ class Progress:
 class BatchRunner:
     def __init__(self, run: Run, ledger: Ledger, stage: str = "answers") -> None:
         self.run = run
+        self.costing = run.costing(stage)
         self.ledger = ledger
         self.stage = stage
         self.models = {m.label: m for m in run.models(stage)}
@@ -155,7 +156,7 @@ class BatchRunner:
             for state in ("submitted", "retry", "pending")
             for row in self.ledger.requests_in(self.stage, model.label, state)
         }
-        reconcile(results, self.ledger, unsettled)
+        reconcile(results, self.ledger, unsettled, self.costing)
 
     def _handle(self, results: ResultsFile, job: Job, outcome: Outcome, max_attempts: int, progress: Progress) -> None:
         row = self.ledger.request_states([outcome.custom_id])[outcome.custom_id]
@@ -168,7 +169,7 @@ class BatchRunner:
 
     def _final(self, results: ResultsFile, job: Job, outcome: Outcome, progress: Progress) -> None:
         source = {"kind": "batch", "batch_id": job.batch_id, "attempt": job.attempt}
-        record_outcome(results, self.ledger, self.stage, job.model, outcome, source)
+        record_outcome(results, self.ledger, self.stage, job.model, outcome, source, self.costing)
         progress.collected += 1
 
     def _resubmit(self, live_below: int, progress: Progress) -> None:

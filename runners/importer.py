@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.prices import Usage as TokenUsage
 from nspec.errors import UserError
 from nspec.inputs import open_regular
 from nspec.providers import OPENAI_CHAT, Outcome, names, provider
@@ -50,6 +51,10 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
     ledger = run.ledger()
     results = ResultsFile(run.paths.results(stage))
     report = Imported()
+
+    def costing(model: str, kind: str, usage: TokenUsage) -> float | None:
+        return None  # made elsewhere, on a lane nspec cannot know: its cost is unknown, not guessed
+
     try:
         registered = {j.shard for j in ledger.jobs(stage)}
         with open_regular(str(source)) as fh:
@@ -66,7 +71,8 @@ def import_results(run: Run, source: Path, stage: str = "answers") -> Imported:
                     sha = next(s["sha256"] for m in run.models(stage) for s in m.shards if s["file"] == shard)
                     ledger.add_job(stage, label, "import", shard, sha, ids, 1)
                     registered.add(shard)
-                if record_outcome(results, ledger, stage, label, outcome, {"kind": "import", "file": source.name}):
+                source_info = {"kind": "import", "file": source.name}
+                if record_outcome(results, ledger, stage, label, outcome, source_info, costing):
                     report.written += 1
                 else:
                     report.already += 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.prices import Usage
 from nspec.errors import UserError
 
 # The ledger's schema, as ordered migrations: MIGRATIONS[i] brings a ledger from version i to i + 1, and the version
@@ -65,6 +66,13 @@ MIGRATIONS = (
     """,
     # 2: a created batch marks its shard's requests submitted; without this index that update scans every request.
     "CREATE INDEX requests_by_shard ON requests (shard, state);",
+    # 3: the prompt cache's part of a request's input tokens, and what the request cost as its provider bills it
+    # (priced request by request: a long-context tier applies per request, so sums of tokens cannot be priced).
+    """
+    ALTER TABLE requests ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE requests ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE requests ADD COLUMN cost_usd REAL;
+    """,
 )
 VERSION = len(MIGRATIONS)
 
@@ -232,12 +240,23 @@ class Ledger:
         return out
 
     def finish(
-        self, custom_id: str, state: str, error: str | None, input_tokens: int, output_tokens: int, source: str
+        self, custom_id: str, state: str, error: str | None, usage: Usage, cost_usd: float | None, source: str
     ) -> None:
+        """A request's final state, its tokens (``usage``) and cost (None: its price is unknown)."""
         self._write(
-            "UPDATE requests SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, source = ?"
-            " WHERE custom_id = ?",
-            (state, error, input_tokens, output_tokens, source, custom_id),
+            "UPDATE requests SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?,"
+            " cache_write_tokens = ?, cost_usd = ?, source = ? WHERE custom_id = ?",
+            (
+                state,
+                error,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens + usage.cache_write_1h_tokens,
+                cost_usd,
+                source,
+                custom_id,
+            ),
         )
 
     def mark_retry(self, custom_ids: list[str], shard: str) -> None:
@@ -257,12 +276,29 @@ class Ledger:
         """Per model: requests by state, and tokens so far."""
         out: dict[str, dict[str, Any]] = {}
         for row in self.db.execute(
-            "SELECT model, state, COUNT(*) AS n, SUM(input_tokens) AS i,"
-            " SUM(output_tokens) AS o FROM requests WHERE stage = ? GROUP BY model, state",
+            "SELECT model, state, COUNT(*) AS n, SUM(input_tokens) AS i, SUM(output_tokens) AS o,"
+            " SUM(cache_read_tokens) AS r, SUM(cache_write_tokens) AS w, SUM(cost_usd) AS usd,"
+            " COUNT(cost_usd) AS priced FROM requests WHERE stage = ? GROUP BY model, state",
             (stage,),
         ):
-            entry = out.setdefault(row["model"], {"states": {}, "input_tokens": 0, "output_tokens": 0})
+            entry = out.setdefault(
+                row["model"],
+                {
+                    "states": {},
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                    "cache_read_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "cost_usd": 0.0,
+                    "unpriced": 0,
+                },
+            )
             entry["states"][row["state"]] = row["n"]
             entry["input_tokens"] += row["i"] or 0
             entry["output_tokens"] += row["o"] or 0
+            entry["cache_read_tokens"] += row["r"] or 0
+            entry["cache_write_tokens"] += row["w"] or 0
+            entry["cost_usd"] += row["usd"] or 0.0
+            if row["state"] in ("done", "failed"):
+                entry["unpriced"] += row["n"] - row["priced"]
         return out

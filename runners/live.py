@@ -203,13 +203,17 @@ async def run_live(
     settings: dict[str, CallerSettings],
     requests: list[LiveRequest],
     on_result: Callable[[LiveRequest, Outcome], None],
+    stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
-    number of 429s received. A refusal stops the run: requests still in flight are abandoned unrecorded."""
+    number of 429s received. A refusal stops the run: requests still in flight are abandoned unrecorded. Once
+    ``stop()`` is true no request is sent any more (those in flight come back and are recorded)."""
     wanted = {r.model for r in requests}
     callers = {label: LiveCaller(s) for label, s in settings.items() if label in wanted}
 
     async def one(request: LiveRequest) -> None:
+        if stop():
+            return
         outcome = await callers[request.model].call(request)
         on_result(request, outcome)
 

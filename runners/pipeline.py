@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.run_directory import DEFAULT_MAX_CELLS, compile_run
-from nspec.errors import writing
+from nspec.errors import UserError, writing
 from nspec.provenance import describe
 from nspec.providers import Destination, destination
 from nspec.runners.events import Event, Listener, ignore
@@ -124,13 +124,18 @@ def submit(
     live_backoff: float = 0.5,
     wait_lock: bool = False,
     announce: bool = True,
+    max_usd: float | None = None,
 ) -> Sent:
     """Upload and create the batches not yet created, and run live and local models; safe to repeat. First, a
-    `destinations` event says where requests go (``announce``)."""
+    `destinations` event says where requests go (``announce``). With a budget (``max_usd``, else the spec's
+    `budget.max_usd`), work whose estimate is over it is refused before anything is sent, and live calls stop
+    when they have cost that much."""
     with _lock(run, wait_lock, events):
+        opened = Run(run)
+        cap = budget(opened, max_usd)
         if announce:
-            _announce(Run(run).spec, events)
-        session = Session.open(str(run), live_backoff, events=events)
+            _announce(opened.spec, events)
+        session = Session.open(str(run), live_backoff, events=events, max_usd=cap)
         try:
             progress = session.submit()
         finally:
@@ -202,6 +207,30 @@ def report(runs: list[str | Path], out: str | Path | None = None) -> Path:
         return build_report(opened, folder)
 
 
+def budget(run: Run, max_usd: float | None) -> float | None:
+    """The run's budget (``max_usd`` over the spec's), once the plan's estimate for its answers is checked against
+    it: an estimate over the budget, or a model whose price is unknown, is refused before any work (exit 2)."""
+    cap = max_usd if max_usd is not None else (run.spec.get("budget") or {}).get("max_usd")
+    if cap is None:
+        return None
+    estimates = {m["label"]: m["cost_usd"].get("run") for m in run.manifest["models"]}
+    unknown = [label for label, usd in estimates.items() if usd is None]
+    if unknown:
+        raise UserError(
+            f"the budget is ${cap:,.2f}, but what {', '.join(unknown)} costs is unknown: give its price (`price:` in "
+            "the spec) or run without a budget"
+        )
+    total = sum(usd for usd in estimates.values() if usd is not None)
+    if total > cap:
+        parts = ", ".join(f"{label} ${usd:,.4f}" for label, usd in estimates.items())
+        raise UserError(
+            f"the plan estimates ${total:,.4f} for this run's answers ({parts}; every answer at its max_tokens), over "
+            f"the budget of ${cap:,.2f}: shrink the grid, pick a cheaper lane (`nspec plan` prices each), or raise "
+            "budget.max_usd (--max-usd)"
+        )
+    return float(cap)
+
+
 def run(
     spec_file: str,
     out: str | Path = "outputs",
@@ -210,6 +239,7 @@ def run(
     allowed: Sequence[str] = (),
     max_cells: int = DEFAULT_MAX_CELLS,
     wait_lock: bool = False,
+    max_usd: float | None = None,
 ) -> Ran:
     """Compile, submit, collect, score and report; calling it again continues where it stopped. Without ``wait``
     it returns as soon as something is pending (``Ran.pending``)."""
@@ -218,7 +248,7 @@ def run(
     events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
     events(Event("compiled", detail=str(path)))
     with _lock(path, wait_lock, events):
-        sent = submit(path, events, announce=False)
+        sent = submit(path, events, announce=False, max_usd=max_usd)
         got = collect(path, wait, events)
         if got.pending:
             return Ran(path, sent, got)

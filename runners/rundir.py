@@ -15,9 +15,11 @@ from typing import IO, Any
 from ruamel.yaml import YAML
 
 from nspec import jsonl
+from nspec.compiler.prices import Lane, price_for
+from nspec.compiler.prices import Usage as TokenUsage
 from nspec.errors import RunBusy, UserError, writing
 from nspec.providers import Outcome, request_id
-from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard
+from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard, Usage
 from nspec.rundir import RunPaths
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Ledger
@@ -30,6 +32,11 @@ class RunModel:
     mode: str  # batch | live
     entry: dict[str, Any]  # the model's entry of the resolved spec
     shards: list[Shard]  # from the manifest
+
+
+# What one result cost (None: unknown) from its model, how it was obtained (`source.kind`) and its usage, as
+# `Run.costing` prices it.
+Costing = Callable[[str, str, "TokenUsage"], "float | None"]
 
 
 class Run:
@@ -60,6 +67,20 @@ class Run:
 
     def ledger(self) -> Ledger:
         return Ledger(self.paths.ledger)
+
+    def costing(self, stage: str = "answers") -> Costing:
+        """What a stage's result cost, priced request by request at its model's price and lane (a batch result at
+        the batch price, a flex model's live result at the flex price); None where the price is unknown."""
+        prices = {m.label: (price_for(m.entry["id"], m.entry.get("price")), m.mode) for m in self.models(stage)}
+
+        def cost(model: str, kind: str, usage: TokenUsage) -> float | None:
+            price, mode = prices.get(model, (None, "live"))
+            if price is None:
+                return None
+            lane: Lane = "batch" if kind == "batch" else "flex" if mode == "flex" else "live"
+            return price.cost(usage, lane)
+
+        return cost
 
     def cells(self) -> Iterator[CellRecord]:
         """The cells, a line at a time."""
@@ -213,11 +234,21 @@ class ResultsFile:
 
 
 def record_outcome(
-    results: ResultsFile, ledger: Ledger, stage: str, model: str, outcome: Outcome, source: dict[str, Any]
+    results: ResultsFile,
+    ledger: Ledger,
+    stage: str,
+    model: str,
+    outcome: Outcome,
+    source: dict[str, Any],
+    costing: Costing,
 ) -> bool:
-    """A request's final outcome: its line in the stage's results file, then its state in the ledger (in that
-    order, so a crash between the two is repaired from the file on the next start). ``source["kind"]`` says how
-    it was obtained. False, with nothing written, when the cell has a result already."""
+    """A request's final outcome: its line in the stage's results file, then its state and cost in the ledger (in
+    that order, so a crash between the two is repaired from the file on the next start). ``source["kind"]`` says
+    how it was obtained. False, with nothing written, when the cell has a result already."""
+    usage: Usage = {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens}
+    for name in ("cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens"):
+        if getattr(outcome, name):
+            usage[name] = getattr(outcome, name)
     record: ResultRecord = {
         "cell_id": outcome.custom_id,
         "stage": stage,
@@ -225,31 +256,29 @@ def record_outcome(
         "status": outcome.status,
         "text": outcome.text,
         "finish_reason": outcome.finish_reason,
-        "usage": {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens},
+        "usage": usage,
         "error": outcome.error,
         "source": source,
     }
     if not results.append(record):
         return False
     failpoint("after-append")
-    _record_final(ledger, record)
+    _record_final(ledger, record, costing)
     return True
 
 
-def _record_final(ledger: Ledger, record: ResultRecord) -> None:
+def _record_final(ledger: Ledger, record: ResultRecord, costing: Costing) -> None:
     state = "done" if record["status"] == "ok" else "failed"
     error = None if record["error"] is None else str(record["error"].get("code"))
-    usage = record["usage"]
-    ledger.finish(
-        record["cell_id"], state, error, usage["input_tokens"], usage["output_tokens"], str(record["source"]["kind"])
-    )
+    usage, kind = TokenUsage.of(dict(record["usage"])), str(record["source"]["kind"])
+    ledger.finish(record["cell_id"], state, error, usage, costing(record["model"], kind, usage), kind)
 
 
-def reconcile(results: ResultsFile, ledger: Ledger, unsettled: set[str]) -> None:
+def reconcile(results: ResultsFile, ledger: Ledger, unsettled: set[str], costing: Costing) -> None:
     """Results in the file whose final state the ledger lacks (a crash came between writing one and recording it):
     recorded now as they are — their real outcome, tokens and source — so an error stays an error and its tokens
     are paid for in the totals."""
     found = unsettled & results.ids
     if found:
         for record in results.records(found):
-            _record_final(ledger, record)
+            _record_final(ledger, record, costing)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.compiler.prices import price_for
-from nspec.errors import UserError
+from nspec.errors import BudgetSpent, UserError
 from nspec.providers import Outcome, credentials
 from nspec.runners.batch import BatchRunner
 from nspec.runners.batch import Progress as RunProgress
@@ -30,8 +30,8 @@ from nspec.runners.rundir import (
     shard_lines,
 )
 
-# Modes whose requests go one by one from this process: live calls, and the local engine.
-_DIRECT = ("live", "local")
+# Modes whose requests go one by one from this process: live calls (flex ones too), and the local engine.
+_DIRECT = ("live", "flex", "local")
 
 
 @dataclass
@@ -42,9 +42,17 @@ class Session:
     callers: dict[str, CallerSettings]
     stage: str
     events: Listener = field(default=ignore)
+    max_usd: float | None = None  # the budget: live calls stop when the stage has cost this much
 
     @classmethod
-    def open(cls, path: str, live_backoff: float = 0.5, stage: str = "answers", events: Listener = ignore) -> Session:
+    def open(
+        cls,
+        path: str,
+        live_backoff: float = 0.5,
+        stage: str = "answers",
+        events: Listener = ignore,
+        max_usd: float | None = None,
+    ) -> Session:
         """Open a run; every key and package is checked here, before anything is sent."""
         run = Run(path)
         ledger = run.ledger()
@@ -56,7 +64,7 @@ class Session:
             )
             for m in run.models(stage)
         }
-        return cls(run, ledger, batch, callers, stage, events)
+        return cls(run, ledger, batch, callers, stage, events, max_usd)
 
     def close(self) -> None:
         self.ledger.close()
@@ -120,7 +128,9 @@ class Session:
 
     def _send_live(self, custom_ids: list[str], results: ResultsFile, progress: RunProgress) -> None:
         rows = self.ledger.request_states(custom_ids)
-        reconcile(results, self.ledger, {cid for cid, row in rows.items() if row["state"] not in ("done", "failed")})
+        costing = self.run.costing(self.stage)
+        unsettled = {cid for cid, row in rows.items() if row["state"] not in ("done", "failed")}
+        reconcile(results, self.ledger, unsettled, costing)
         by_model: dict[str, set[str]] = {}
         for cid, row in rows.items():
             if cid not in results.ids and row["state"] not in ("done", "failed"):
@@ -140,16 +150,14 @@ class Session:
         for request in requests:  # before anything is sent: a limit no request fits is the spec's to fix
             limit = self.callers[request.model].limits.get("tokens_per_minute")
             check_admissible(request, None if limit is None else (int(limit), "rate_limits.tokens_per_minute"))
-        prices = {label: price_for(models[label].entry["id"], models[label].entry.get("price")) for label in by_model}
         kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
 
         def record(request: LiveRequest, outcome: Outcome) -> None:
-            record_outcome(results, self.ledger, self.stage, request.model, outcome, {"kind": kind[request.model]})
+            source = {"kind": kind[request.model]}
+            record_outcome(results, self.ledger, self.stage, request.model, outcome, source, costing)
             progress.collected += 1
-            price = prices.get(request.model)
-            if price is not None:
-                cost[0] += price.cost(outcome.input_tokens, outcome.output_tokens, batch=False)
+            cost[0] += costing(request.model, source["kind"], outcome.usage) or 0.0
             failpoint("live-result")
 
         label = "/".join(sorted(set(kind.values())))
@@ -159,10 +167,21 @@ class Session:
             record(request, outcome)
             self.events(Event("live-result", self.stage, label, cost_usd=cost[0]))
 
+        cap = self.max_usd
+        spent = sum(entry["cost_usd"] for entry in self.ledger.counts(self.stage).values())
+
+        def over_budget() -> bool:
+            return cap is not None and spent + cost[0] >= cap
+
         try:
-            progress.rate_limited += asyncio.run(run_live(self.callers, requests, on_result))
+            progress.rate_limited += asyncio.run(run_live(self.callers, requests, on_result, over_budget))
         finally:
             self.events(Event("live-end", self.stage, label))
+        if over_budget():
+            raise BudgetSpent(
+                f"live calls stopped at the budget of ${cap:,.2f}: ${spent + cost[0]:,.4f} spent in this stage; "
+                "what came back is recorded, the rest was not sent (raise budget.max_usd or --max-usd to continue)"
+            )
 
     def poll_schedule(self) -> tuple[float, float]:
         poll = self.run.spec.get("run", {}).get("poll", {})
@@ -175,13 +194,10 @@ def stage_status(run: Run, ledger: Ledger, stage: str) -> dict[str, Any]:
     counts = ledger.counts(stage)
     models = []
     for model in run.models(stage):
-        entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0})
-        price = price_for(model.entry["id"], model.entry.get("price"))
-        cost = (
-            None
-            if price is None
-            else round(price.cost(entry["input_tokens"], entry["output_tokens"], batch=model.mode == "batch"), 4)
-        )
+        entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+        known = price_for(model.entry["id"], model.entry.get("price")) is not None
+        # Priced request by request as recorded; unknown when the price is, or when some results had none.
+        cost = round(entry["cost_usd"], 4) if known and not entry.get("unpriced") else None
         total = sum(s["requests"] for s in model.shards)
         states = entry["states"]
         models.append(
@@ -194,6 +210,8 @@ def stage_status(run: Run, ledger: Ledger, stage: str) -> dict[str, Any]:
                 "retrying": states.get("retry", 0),
                 "pending": total - states.get("done", 0) - states.get("failed", 0),
                 "input_tokens": entry["input_tokens"],
+                "cache_read_tokens": entry.get("cache_read_tokens", 0),
+                "cache_write_tokens": entry.get("cache_write_tokens", 0),
                 "output_tokens": entry["output_tokens"],
                 "cost_usd": cost,
                 "batches": [

@@ -63,6 +63,6 @@ def test_builtin_list_names_match_the_shipped_lists():
 def test_docs_mention_every_key():
     """Every key of the schema appears in the guide, as `key` in prose or as `key:` in an example."""
     doc = (ROOT / "docs" / "writing-specs.md").read_text()
-    mentioned = set(re.findall(r"`([a-z_]+)`", doc)) | set(re.findall(r"\b([a-z_]+):", doc))
+    mentioned = set(re.findall(r"`([a-z0-9_]+)`", doc)) | set(re.findall(r"\b([a-z0-9_]+):", doc))
     keys = {p.rsplit(".", 1)[-1] for p, _ in walk_properties(spec_schema())}
     assert sorted(keys - mentioned) == []

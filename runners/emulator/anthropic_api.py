@@ -14,6 +14,7 @@ from starlette.routing import Route, Router
 
 from nspec.runners.emulator import anthropic_batches
 from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
+from nspec.runners.emulator.caching import breakpoint_problem
 from nspec.runners.emulator.generation import anthropic_message, anthropic_prompt_tokens
 from nspec.runners.emulator.models import anthropic_refusal
 
@@ -55,6 +56,9 @@ def router(api: Api) -> Router:
                 raise ApiError(400, "invalid_request_error", f"{name}: Field required")
         if not isinstance(body["messages"], list) or not body["messages"]:
             raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
+        problem = breakpoint_problem(body)
+        if problem:
+            raise ApiError(400, "invalid_request_error", problem)
 
     @api.route("anthropic", "POST", "/v1/messages", live=True)
     async def messages(request: Request) -> Response:
@@ -68,6 +72,7 @@ def router(api: Api) -> Router:
         headers = api.live_limit("anthropic", body, anthropic_prompt_tokens(body), int(body["max_tokens"]))
         await asyncio.sleep(config.timing.live_latency_seconds)
         message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8))
+        message["usage"].update(emu.store.caches.anthropic(body, message["usage"]["input_tokens"], emu.clock.now()))
         emu.answered["anthropic"] += 1
         return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
 
@@ -78,6 +83,9 @@ def router(api: Api) -> Router:
             raise ApiError(400, "invalid_request_error", "messages: Field required")
         if not isinstance(body["messages"], list) or not body["messages"]:
             raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
+        problem = breakpoint_problem(body)
+        if problem:
+            raise ApiError(400, "invalid_request_error", problem)
         if not api.serves("anthropic", str(body["model"])):
             refusal = anthropic_refusal(str(body["model"]))
             raise ApiError(404, refusal["type"], refusal["message"])

@@ -9,6 +9,7 @@ import random
 import re
 from typing import Any
 
+from nspec.runners.emulator.caching import breakpoint_problem
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.generation import anthropic_message
 from nspec.runners.emulator.models import anthropic_refusal, served
@@ -147,6 +148,8 @@ def _maybe_end(store: Store, batch: dict[str, Any], config: EmulatorConfig, now:
                 )
             else:
                 message = anthropic_message(request["params"], responder, "batch:" + custom_id)
+                usage = message["usage"]
+                usage.update(store.caches.anthropic(request["params"], usage["input_tokens"], now))
                 kind, result = "succeeded", {"type": "succeeded", "message": message}
         counts[kind] += 1
         lines.append({"custom_id": custom_id, "result": result})
@@ -167,4 +170,4 @@ def _param_problem(params: dict[str, Any]) -> str | None:
         return "messages: at least one message is required"
     if messages[0].get("role") != "user":
         return 'messages: first message must use the "user" role'
-    return None
+    return breakpoint_problem(params)

@@ -18,6 +18,7 @@ from starlette.routing import Route, Router
 from nspec.runners.emulator import google_batches
 from nspec.runners.emulator.anthropic_batches import rfc3339
 from nspec.runners.emulator.app import Api, ApiError, Dialect, limit_param
+from nspec.runners.emulator.caching import google_cached
 from nspec.runners.emulator.generation import google_prompt_tokens, google_response
 from nspec.runners.emulator.models import google_refusal
 
@@ -149,9 +150,10 @@ def router(api: Api) -> Router:
         headers = api.live_limit("google", {"model": model}, google_prompt_tokens(body), limit)
         await asyncio.sleep(config.timing.live_latency_seconds)
         emu.answered["google"] += 1
-        return JSONResponse(
-            google_response({**body, "model": model}, emu.responder, "live:" + secrets.token_hex(8)), headers=headers
-        )
+        asked = {**body, "model": model}
+        response = google_response(asked, emu.responder, "live:" + secrets.token_hex(8))
+        google_cached(emu.store.caches, asked, response, emu.clock.now())
+        return JSONResponse(response, headers=headers)
 
     def job(name: str) -> dict[str, Any]:
         found = emu.store.google_batches.get(name)

@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 from nspec.runners.emulator.anthropic_batches import rfc3339
+from nspec.runners.emulator.caching import google_cached
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.generation import google_response
 from nspec.runners.emulator.responders import Responder
@@ -152,9 +153,10 @@ def _maybe_end(store: Store, job: dict[str, Any], config: EmulatorConfig, now: f
         elif problem is not None:
             error = {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}
         else:
-            lines.append(
-                {"key": key, "response": google_response({**request, "model": job["model"]}, responder, "batch:" + key)}
-            )
+            asked = {**request, "model": job["model"]}
+            response = google_response(asked, responder, "batch:" + key)
+            google_cached(store.caches, asked, response, now)
+            lines.append({"key": key, "response": response})
             ok += 1
             continue
         lines.append({"key": key, "error": error})

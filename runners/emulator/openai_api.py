@@ -15,6 +15,7 @@ from starlette.routing import Route, Router
 
 from nspec.runners.emulator import openai_batches
 from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
+from nspec.runners.emulator.caching import openai_cached
 from nspec.runners.emulator.flavours import Flavour
 from nspec.runners.emulator.generation import count_tokens, openai_completion, openai_response
 from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
@@ -254,6 +255,7 @@ def router(api: Api, flavour: Flavour) -> Router:
         headers = api.live_limit(name, body, prompt, int(limit))
         await asyncio.sleep(config.timing.live_latency_seconds)
         completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        openai_cached(emu.store.caches, body, completion, emu.clock.now())
         emu.answered[name] += 1
         return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
@@ -273,6 +275,7 @@ def router(api: Api, flavour: Flavour) -> Router:
         headers = api.live_limit(name, body, prompt, int(body.get("max_output_tokens") or 0))
         await asyncio.sleep(config.timing.live_latency_seconds)
         response = openai_response(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        openai_cached(emu.store.caches, body, response, emu.clock.now())
         emu.answered[name] += 1
         return JSONResponse(response, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 

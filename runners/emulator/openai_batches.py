@@ -13,6 +13,7 @@ import random
 import secrets
 from typing import Any
 
+from nspec.runners.emulator.caching import openai_cached
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.flavours import FLAVOURS, Flavour
 from nspec.runners.emulator.generation import openai_completion, openai_response
@@ -298,9 +299,11 @@ def _write_results(
         else:
             if endpoint == RESPONSES:
                 answer = openai_response(request["body"], responder, "batch:" + custom_id, end)
+                openai_cached(store.caches, request["body"], answer, end)
                 tokens = answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]
             else:
                 answer = openai_completion(request["body"], responder, "batch:" + custom_id, end)
+                openai_cached(store.caches, request["body"], answer, end)
                 tokens = answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]
             usage["input_tokens"] += tokens[0]
             usage["output_tokens"] += tokens[1]

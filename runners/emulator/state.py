@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nspec.runners.emulator.caching import PromptCaches
+
 
 class Clock:
     """Wall time plus an offset that tests can advance, to jump to a batch's expiry without waiting."""
@@ -64,6 +66,7 @@ class Store:
     mistral_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     together_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     uploads: dict[str, dict[str, Any]] = field(default_factory=dict)  # resumable uploads under way (Google's)
+    caches: PromptCaches = field(default_factory=PromptCaches)  # the providers' prompt caches (not saved)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @classmethod

@@ -21,12 +21,11 @@ from typing import Any
 
 from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
-from nspec.compiler.run_directory import ShardWriter, effective_mode
+from nspec.compiler.run_directory import JUDGE_MAX_TOKENS, ShardWriter, effective_mode
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
 STAGE = "judge"
-JUDGE_MAX_TOKENS = 16
 ANSWER_OPEN, ANSWER_CLOSE = "<answer_to_grade>", "</answer_to_grade>"
 _REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|can't|cannot|unable|won't)\b", re.IGNORECASE)
 _SCORE = re.compile(r"(?<!\d)(10|[1-9])(?:\s*/\s*10)?(?!\d)")

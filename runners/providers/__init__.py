@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec import jsonl
+from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.tokenizers import Tokenizer, tokenizer_from_setting
 from nspec.errors import (
     AuthenticationFailed,
@@ -96,6 +97,8 @@ class BaseProvider:
         issues: list[tuple[tuple[str | int, ...], str]] = []
         if "batch_api" in entry and not self.takes_batch_api:
             issues.append((("batch_api",), f"`batch_api` does not apply to {self.name} models"))
+        if entry.get("mode") == "flex" and not self.takes_flex(entry):
+            issues.append((("mode",), f"{entry['id']} has no flex tier (OpenAI's gpt-5 family, o3 and o4-mini do)"))
         if "endpoint" in entry and entry["endpoint"] not in self.endpoints:
             issues.append((("endpoint",), f"`endpoint: {entry['endpoint']}` does not apply to {self.name} models"))
         for key in ("api_version", "base_model"):
@@ -114,6 +117,9 @@ class BaseProvider:
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return True
 
+    def takes_flex(self, entry: Mapping[str, Any]) -> bool:
+        return False
+
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return False
 
@@ -125,6 +131,12 @@ class BaseProvider:
 
     def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
         return tokenizer_from_setting(setting)
+
+    def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle | None:
+        return None
+
+    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+        return line
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         return count(json.dumps(line, ensure_ascii=False))  # the whole line: more than the prompt, never less

@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from nspec import jsonl
+from nspec.compiler.caching import CacheCut, CacheStyle
+from nspec.compiler.prices import Usage
 from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
 from nspec.runners.providers import (
@@ -35,8 +38,41 @@ from nspec.runners.providers import (
 # What count_tokens takes of a Messages request (docs.anthropic.com, "Count Message tokens"): the rest of a request
 # (max_tokens, temperature, ...) makes no input tokens.
 _COUNTED = ("model", "system", "messages", "tools", "tool_choice", "thinking")
+# The fewest tokens a cached prefix holds, per model (platform.claude.com, "Prompt caching": "Cache limitations");
+# below it a breakpoint silently caches nothing. Models not listed get the largest.
+_CACHE_MINIMUM = {
+    "claude-opus-4-1": 1024,
+    "claude-opus-4": 1024,
+    "claude-sonnet-4-5": 1024,
+    "claude-sonnet-4": 1024,
+    "claude-3-7-sonnet": 1024,
+    "claude-sonnet-4-6": 2048,
+    "claude-opus-4-7": 2048,
+    "claude-3-5-haiku": 2048,
+    "claude-3-haiku": 2048,
+}
+CACHE_MINIMUM_DEFAULT = 4096  # Claude Haiku 4.5, Opus 4.5 and 4.6
+
+
+def cache_minimum(model: str) -> int:
+    """The fewest tokens ``model`` caches (a dated snapshot is its model's)."""
+    name = re.sub(r"-\d{8}$", "", model)
+    return _CACHE_MINIMUM.get(name, CACHE_MINIMUM_DEFAULT)
+
+
 # Result error types that say the request itself is at fault: sending it again cannot help.
 _FINAL = ("invalid_request_error", "authentication_error", "permission_error")
+
+
+def message_usage(usage: Mapping[str, Any] | None) -> Usage:
+    """A Message's usage: Anthropic's `input_tokens` leaves out the tokens read from and
+    written to the cache; the split of writes by TTL is in `cache_creation` (all five-minute where absent)."""
+    usage = usage or {}
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    hour = int((usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0)
+    uncached, output = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    return Usage(uncached + read + written, output, read, written - hour, hour)
 
 
 def parse_result(line: Mapping[str, Any]) -> Outcome:
@@ -46,15 +82,7 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     if kind == "succeeded":
         message = result["message"]
         text = "".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
-        usage = message.get("usage") or {}
-        return Outcome(
-            custom_id,
-            "ok",
-            text,
-            message.get("stop_reason"),
-            usage.get("input_tokens", 0),
-            usage.get("output_tokens", 0),
-        )
+        return Outcome.ok(custom_id, text, message.get("stop_reason"), message_usage(message.get("usage")))
     if kind == "errored":
         err = (result.get("error") or {}).get("error") or {}
         return Outcome(
@@ -101,6 +129,26 @@ class Anthropic(BaseProvider):
         body["messages"] = messages
         body.update({k: v for k, v in params.items() if k != "max_tokens"})
         return {"custom_id": custom_id, "params": body}
+
+    def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle:
+        return CacheStyle("breakpoints", cache_minimum(model_name(entry)))
+
+    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+        if cut.control or not cut.breakpoints:
+            return line
+        control: dict[str, Any] = {"type": "ephemeral"} if cut.ttl == "5m" else {"type": "ephemeral", "ttl": cut.ttl}
+        blocks: list[dict[str, Any]] = []
+        begin = 0
+        for end in (*cut.boundaries, len(user)):
+            if end > begin:
+                block: dict[str, Any] = {"type": "text", "text": user[begin:end]}
+                if end in cut.breakpoints:
+                    block["cache_control"] = control
+                blocks.append(block)
+            begin = end
+        params = line["params"]
+        messages = [{**params["messages"][0], "content": blocks}, *params["messages"][1:]]
+        return {**line, "params": {**params, "messages": messages}}
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         body = line["params"]

@@ -34,6 +34,7 @@ FILE_WAIT_SECONDS = 600  # an upload not processed by then is an error to retry 
 
 class Azure(OpenAI):
     name = "azure"
+    takes_cache_key = False  # Azure caches prompts as OpenAI does; its API documents no prompt_cache_key
     key_variables = ("NSPEC_AZURE_OPENAI_API_KEY", "AZURE_OPENAI_API_KEY")
     official_hosts: tuple[str, ...] = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
     base_url_variable = "AZURE_OPENAI_ENDPOINT"

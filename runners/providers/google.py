@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.caching import CacheStyle
 from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import (
@@ -116,15 +117,16 @@ def response_outcome(key: str, response: Mapping[str, Any]) -> Outcome:
     usage = response.get("usageMetadata") or {}
     output = int(usage.get("candidatesTokenCount") or 0) + int(usage.get("thoughtsTokenCount") or 0)
     prompt = int(usage.get("promptTokenCount") or 0)
+    cached = int(usage.get("cachedContentTokenCount") or 0)  # of the prompt's tokens
     candidates = response.get("candidates") or []
     if not candidates:
         blocked = (response.get("promptFeedback") or {}).get("blockReason") or "no_candidate"
-        return Outcome(key, "ok", "", f"prompt_blocked: {blocked}", prompt, output)
+        return Outcome(key, "ok", "", f"prompt_blocked: {blocked}", prompt, output, cache_read_tokens=cached)
     candidate = candidates[0]
     parts = (candidate.get("content") or {}).get("parts") or []
     text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
     reason = str(candidate.get("finishReason") or "STOP")
-    return Outcome(key, "ok", text, _FINISH.get(reason, reason.lower()), prompt, output)
+    return Outcome(key, "ok", text, _FINISH.get(reason, reason.lower()), prompt, output, cache_read_tokens=cached)
 
 
 class Google(BaseProvider):
@@ -138,6 +140,11 @@ class Google(BaseProvider):
     default_concurrency = 8
     counts_tokens = True
     takes_query = False  # google-genai's HttpOptions has headers, no query
+
+    def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle:
+        # Gemini 2.5 and later cache prompt prefixes by themselves (implicit caching), from 1,024 tokens on Flash
+        # models and 4,096 on the others (ai.google.dev/gemini-api/docs/caching).
+        return CacheStyle("prefix", 1024 if "flash" in model_name(entry) else 4096)
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues = super().model_issues(entry)

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.tokenizers import Tokenizer, encoding
 from nspec.errors import NspecError
 from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
@@ -41,6 +42,8 @@ from nspec.runners.providers import (
 )
 from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
 
+# The models with a flex tier (a snapshot's name starts as its model's).
+FLEX_MODELS = ("gpt-5", "o3", "o4-mini")
 # The model families whose tokenizer is known: o200k_base (checked first), then cl100k_base.
 _O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "codex-mini")
 _CL100K = ("gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
@@ -82,6 +85,7 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
         choice.get("finish_reason"),
         usage.get("prompt_tokens", 0),
         usage.get("completion_tokens", 0),
+        cache_read_tokens=int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
     )
 
 
@@ -101,7 +105,15 @@ def _response_outcome(custom_id: str, body: Mapping[str, Any]) -> Outcome:
     ]
     incomplete = (body.get("incomplete_details") or {}).get("reason")
     finish = "length" if incomplete == "max_output_tokens" else incomplete or "stop"
-    return Outcome(custom_id, "ok", "".join(parts), finish, usage.get("input_tokens", 0), usage.get("output_tokens", 0))
+    return Outcome(
+        custom_id,
+        "ok",
+        "".join(parts),
+        finish,
+        usage.get("input_tokens", 0),
+        usage.get("output_tokens", 0),
+        cache_read_tokens=int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0),
+    )
 
 
 # Where a spec's chat-style parameter lands in a Responses API request.
@@ -144,6 +156,29 @@ class OpenAI(BaseProvider):
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(50_000, 200 * 1000 * 1000)
+
+    # OpenAI caches every prompt of 1,024 tokens or more by itself, in steps of 128 tokens, routed by a hash of its
+    # start and the request's `prompt_cache_key` (platform.openai.com/docs/guides/prompt-caching).
+    caches_prompts = True
+    takes_cache_key = True
+
+    def connection(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        # Flex calls wait for spare capacity: OpenAI's guide raises the client's timeout to 15 minutes for them.
+        return {"timeout": 900.0} if entry.get("mode") == "flex" else {}
+
+    def takes_flex(self, entry: Mapping[str, Any]) -> bool:
+        # platform.openai.com/docs/guides/flex-processing: "available for o3, o4-mini and gpt-5 models"
+        return self.name == "openai" and model_name(entry).startswith(FLEX_MODELS)
+
+    def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle | None:
+        if not self.caches_prompts:
+            return None
+        return CacheStyle("prefix", 1024, 128, key=self.takes_cache_key)
+
+    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+        if cut.control or not self.takes_cache_key:
+            return line
+        return {**line, "body": {**line["body"], "prompt_cache_key": cut.group}}
 
     def base_model(self, entry: Mapping[str, Any]) -> str:
         """The OpenAI model the entry runs (its rules and tokenizer): the model itself, here."""
@@ -212,6 +247,8 @@ class OpenAI(BaseProvider):
             body["messages"] = messages
             body[self.limit_key] = limit
             body.update(given)
+        if entry.get("mode") == "flex":
+            body["service_tier"] = "flex"
         return {"custom_id": custom_id, "method": "POST", "url": self.endpoint(entry), "body": body}
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
@@ -248,6 +285,8 @@ class OpenAI(BaseProvider):
 
 
 class OpenAICompatible(OpenAI):
+    caches_prompts = False  # what a server does is its own; nothing is shaped for it
+
     """A server that speaks OpenAI's API at `base_url`: `max_tokens`, a batch API only when `batch_api: true`, no
     structured output (not every server has it), and no key of its own (OpenAI's variables, as the SDK reads)."""
 
@@ -323,6 +362,7 @@ def _client(provider: str, creds: Credentials, retries: int, is_async: bool) -> 
         max_retries=retries,
         default_headers=dict(creds.headers),
         default_query=dict(creds.query),
+        **({"timeout": float(creds.options["timeout"])} if "timeout" in creds.options else {}),
     )
 
 

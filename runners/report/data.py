@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from nspec.compiler.prices import Price, price_for
+from nspec.compiler.prices import Lane, Price, Usage, price_for
 from nspec.providers import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
@@ -169,24 +169,36 @@ class Prices:
         self.by_model: dict[str, Price | None] = {
             m["label"]: price_for(m["id"], entries[m["label"]].get("price")) for m in run.manifest["models"]
         }
-        self.batch = {m["label"]: m["mode"] == "batch" for m in run.manifest["models"]}
+        self.lane: dict[str, Lane] = {
+            m["label"]: "batch" if m["mode"] == "batch" else "flex" if m["mode"] == "flex" else "live"
+            for m in run.manifest["models"]
+        }
+        self.costing = run.costing()
 
     def cost(self, model: str, result: ResultRecord | None) -> float | None:
-        """What the answer's tokens cost (0 without an answer); None when the model has no known price."""
-        price = self.by_model.get(model)
-        if price is None:
+        """What the answer cost as billed (0 without an answer); None when the model has no known price."""
+        if self.by_model.get(model) is None:
             return None
         if result is None:
             return 0.0
-        usage = result["usage"]
-        return price.cost(usage["input_tokens"], usage["output_tokens"], batch=result["source"]["kind"] == "batch")
+        return self.costing(model, str(result["source"]["kind"]), Usage.of(dict(result["usage"])))
 
     def estimate(self, cell: CellRecord) -> float | None:
-        """The plan's estimate for the cell: its compiled prompt and a full answer budget, at its model's mode."""
+        """The plan's estimate for the cell: its compiled prompt (with the cache reads and writes its shape
+        expects) and a full answer budget, at its model's lane."""
         price = self.by_model.get(cell["model"])
         if price is None:
             return None
-        return price.cost(cell["context_length"]["prompt"], cell["max_tokens"], batch=self.batch[cell["model"]])
+        shape = cell.get("cache") or {}
+        write, hour = shape.get("write_tokens", 0), shape.get("ttl") == "1h"
+        usage = Usage(
+            cell["context_length"]["prompt"],
+            cell["max_tokens"],
+            shape.get("read_tokens", 0),
+            0 if hour else write,
+            write if hour else 0,
+        )
+        return price.cost(usage, self.lane[cell["model"]])
 
 
 def pair_key(cell: CellRecord) -> tuple[Any, ...]:
@@ -356,22 +368,39 @@ def _compare(verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]]
     return out
 
 
+_LANE_NAMES = {
+    "live": "estimate, live",
+    "live_cache": "estimate, live + cache",
+    "batch": "estimate, batch",
+    "batch_cache": "estimate, batch + cache",
+    "flex": "estimate, flex",
+}
+
+
 def _costs(run: Run, run_label: str | None) -> list[dict[str, Any]]:
-    """Per model: the plan's estimate (live and batch) against the cost of what was actually used."""
+    """Per model: the plan's estimates (each lane it prices) against what the answers cost as billed, and what the
+    same tokens would have cost live, uncached (the list price the savings are measured against)."""
     suffix = f" · {run_label}" if run_label else ""
     prices = Prices(run)
     used: dict[str, float] = defaultdict(float)
+    listed: dict[str, float] = defaultdict(float)
     tokens: dict[str, int] = defaultdict(int)
     for r in run.results():
-        used[r["model"]] += prices.cost(r["model"], r) or 0.0
-        tokens[r["model"]] += r["usage"]["input_tokens"]
+        name = r["model"]
+        used[name] += prices.cost(name, r) or 0.0
+        price = prices.by_model.get(name)
+        if price is not None:
+            usage = Usage.of(dict(r["usage"]))
+            listed[name] += price.cost(Usage(usage.input_tokens, usage.output_tokens), "live") or 0.0
+        tokens[name] += r["usage"]["input_tokens"]
     rows = []
     for model in run.manifest["models"]:
         label = model["label"] + suffix
         known = prices.by_model.get(model["label"]) is not None
+        estimates = [(name, model["cost_usd"].get(lane), model["input_tokens"]) for lane, name in _LANE_NAMES.items()]
         for kind, usd, count in (
-            ("estimate, live", model["cost_usd"]["live"], model["input_tokens"]),
-            ("estimate, batch", model["cost_usd"]["batch"], model["input_tokens"]),
+            *estimates,
+            ("actual, at list price", listed[model["label"]] if known else None, tokens[model["label"]]),
             ("actual", used[model["label"]] if known else None, tokens[model["label"]]),
         ):
             if usd is not None:

@@ -1,0 +1,116 @@
+"""Costs: prices per lane with cache reads and writes, batch stacking and long-context tiers; the judge prompt's
+estimate; questions sharing one context, cached as the provider caches it (the emulator's usage measures it); the
+control arm; budgets refused before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nspec.compiler.caching import reads_to_pay
+from nspec.compiler.prices import LongContext, Price, Usage, price_for
+from nspec.compiler.run_directory import JUDGE_PROMPT_TOKENS
+from nspec.compiler.tokenizers import encoding
+from nspec.runners.grading.judging import judge_prompt
+
+pytestmark = pytest.mark.usefixtures("api_keys")
+
+HAIKU = price_for("anthropic/claude-haiku-4-5", None)
+
+
+def test_prices_per_lane_with_cache_and_tiers():
+    assert HAIKU is not None and HAIKU.source and HAIKU.as_of
+    usage = Usage(1_000_000, 0, cache_read_tokens=500_000, cache_write_1h_tokens=100_000)
+    # Anthropic: the batch discount applies to cache reads and writes too
+    assert HAIKU.cost(usage, "live") == pytest.approx(0.4 + 0.05 + 0.2)
+    assert HAIKU.cost(usage, "batch") == pytest.approx((0.4 + 0.05 + 0.2) / 2)
+    vertex_like = Price(1.0, 5.0, cache_read=0.1, batch_discount=0.5, batch_stacks=False)
+    assert vertex_like.cost(Usage(1_000_000, 0, 500_000), "batch") == pytest.approx(0.25 + 0.05)
+    no_batch_cache = Price(1.0, 5.0, cache_read=0.25, batch_discount=0.5, batch_caching=False)
+    assert no_batch_cache.cost(Usage(1_000_000, 0, 500_000), "batch") == pytest.approx(0.5)
+    tiered = Price(1.0, 10.0, long_context=LongContext(272_000, 2.0, 1.5))
+    assert tiered.cost(Usage(272_000, 1_000_000), "live") == pytest.approx(0.272 + 10.0)
+    assert tiered.cost(Usage(272_001, 1_000_000), "live") == pytest.approx(2 * 0.272001 + 15.0)
+    assert Price(1.0, 1.0).cost(usage, "flex") is None  # no flex lane: unknown, not a guess
+
+
+def test_a_write_pays_after_one_read_at_five_minutes_and_two_at_an_hour():
+    assert reads_to_pay(1.0, 1.25, 0.1) == 1
+    assert reads_to_pay(1.0, 2.0, 0.1) == 2
+
+
+def test_the_judge_prompt_estimate_covers_the_prompt():
+    fixed = [
+        sum(encoding("o200k_base").count(t) for t in judge_prompt(rubric, "", [""], [], "", False, "x"))
+        for rubric in ("pass-fail", "score-10")
+    ]
+    assert max(fixed) <= JUDGE_PROMPT_TOKENS < max(fixed) * 1.25
+
+
+SPEC = """\
+nspec: 1
+name: shared
+seed: 4
+haystack: {{corpus: austen, vary: none}}
+needles:
+  - {{text: "The special magic {{city}} number is: {{number}}.", question: "What is the special magic {{city}} number?",
+     answer: "{{number}}", vars: {{city: {{choice: cities}}, number: {{digits: 7}}}}}}
+grid: {{context_lengths: [6000], depths: [25, 75], questions_per_context: 4}}
+prompt: {{user: "{{haystack}}\\n\\nAnswer from the text. {{question}}", reserve_tokens: 60}}
+cache: {{control: {control}}}
+{budget}models:
+  - {{id: anthropic/claude-haiku-4-5, base_url: "{url}", params: {{max_tokens: 40}}}}
+run: {{poll: {{min_seconds: 0.01, max_seconds: 0.05}}}}
+"""
+
+
+def test_questions_share_one_context_that_claude_caches_once(emulator, spec_file, cli, tmp_path):
+    emu = emulator()
+    spec = spec_file(SPEC.format(url=emu.anthropic_base_url, control=0.0, budget=""))
+    ran = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    (run,) = (tmp_path / "out" / "shared").iterdir()
+    cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
+    assert [c["question_index"] for c in cells] == [0, 1, 2, 3] * 2
+    assert len({c["question"] for c in cells[:4]}) == 4  # distinct questions about one context
+    shard = next((run / "answers" / "requests").glob("*.jsonl"))
+    lines = [json.loads(line) for line in shard.read_text().splitlines()]
+    first, sibling = lines[0]["params"]["messages"][0]["content"], lines[1]["params"]["messages"][0]["content"]
+    assert first[0]["text"] == sibling[0]["text"] and first[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    usage = {r["cell_id"]: r["usage"] for r in map(json.loads, (run / "answers" / "results.jsonl").open())}
+    by_index = [usage[c["cell_id"]] for c in cells]
+    # The emulator (as Anthropic) wrote each context once and read it for the three other questions
+    assert [bool(u.get("cache_write_1h_tokens")) for u in by_index] == [True, False, False, False] * 2
+    assert [u.get("cache_read_tokens", 0) > 4000 for u in by_index] == [False, True, True, True] * 2
+    for cell, u in zip(cells, by_index, strict=True):
+        predicted = cell["cache"]
+        seen = u.get("cache_read_tokens", 0) or u.get("cache_write_1h_tokens", 0)
+        assert abs(seen - max(predicted["read_tokens"], predicted["write_tokens"])) < 0.1 * u["input_tokens"]
+    status = cli("status", str(run), "--json")
+    (model,) = json.loads(status.out)["stages"][0]["models"]
+    # status prices what the provider reported, request by request: 1h writes at 2x, reads at 0.1x, batch halved
+    billed = sum(HAIKU.cost(Usage.of(u), "batch") or 0 for u in by_index)
+    assert model["cost_usd"] == round(billed, 4) and model["cache_read_tokens"] > 0
+
+
+def test_the_control_arm_is_sent_uncached(emulator, spec_file, cli, tmp_path):
+    emu = emulator()
+    spec = spec_file(SPEC.format(url=emu.anthropic_base_url, control=1.0, budget=""))
+    assert cli("run", spec, "--wait", "-o", str(tmp_path / "out")).code == 0
+    (run,) = (tmp_path / "out" / "shared").iterdir()
+    assert {json.loads(line)["cache"]["arm"] for line in (run / "cells.jsonl").open()} == {"control"}
+    lines = next((run / "answers" / "requests").glob("*.jsonl")).read_text()
+    assert "cache_control" not in lines
+    results = [json.loads(line) for line in (run / "answers" / "results.jsonl").open()]
+    assert not any(r["usage"].get("cache_read_tokens") for r in results)
+
+
+def test_a_budget_below_the_estimate_is_refused_before_any_work(emulator, spec_file, cli, tmp_path):
+    emu = emulator()
+    spec = spec_file(SPEC.format(url=emu.anthropic_base_url, control=0.0, budget="budget: {max_usd: 0.001}\n"))
+    ran = cli("run", spec, "-o", str(tmp_path / "out"))
+    assert ran.code == 2 and "over the budget of $0.00" in ran.err
+    assert not (tmp_path / "out" / "shared").exists() or not list((tmp_path / "out").rglob("ledger*"))
+    ran = cli("run", spec, "-o", str(tmp_path / "out"), "--max-usd", "100")
+    assert ran.code in (0, 3), ran.err
