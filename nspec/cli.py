@@ -193,8 +193,11 @@ def plan(
             "input tokens",
             "output tokens (max)",
             "tokenizer",
-            "cost live",
-            "cost batch",
+            "live",
+            "batch",
+            "batch + cache",
+            "flex",
+            "this run",
         ),
     )
     for m in result["models"]:
@@ -209,7 +212,14 @@ def plan(
             tokenizer,
             _usd(m["cost_usd"]["live"]),
             _usd(m["cost_usd"]["batch"]),
+            _usd(m["cost_usd"]["batch_cache"]),
+            _usd(m["cost_usd"]["flex"]),
+            f"{_usd(m['cost_usd']['run'])} ({m['cost_usd']['run_lane']}; cheapest: {m['cost_usd']['cheapest']})",
         )
+    for j in result["judges"]:  # the panel grading every answer: an upper bound unless `when: always`
+        judged = f"{_usd(j['cost_usd'])} ({j['bound']})"
+        row = [f"{j['label']} (judge)", j["mode"], "", f"{j['requests']:,}", f"{j['input_tokens']:,}"]
+        table.add_row(*row, f"{j['output_tokens_max']:,}", "", "", "", "", "", judged)
     console = _stdout()
     console.print(table)
     cells = sum(m["cells"] + m["dropped_cells"] for m in result["models"])
@@ -779,6 +789,41 @@ def view(
         raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
         pass
+
+
+@app.command(name="prices")
+def prices_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """The shipped price table (USD per million tokens): input, cache reads and writes, output, the batch and flex
+    shares, and each entry's source and date. A spec's `price:` overrides an entry."""
+    from nspec.compiler.prices import price_for, price_table
+
+    table = price_table()
+    rows = {model: price_for(model, None) for model in table["models"]}
+    entries = {model: price.as_dict() for model, price in rows.items() if price is not None}
+    if as_json:
+        _print_json({**{k: v for k, v in table.items() if k != "models"}, "models": entries})
+        return
+    columns = ("model", "input", "cache read", "cache write 5m/1h", "output", "batch", "flex", "long context", "as of")
+    out = _table(f"Prices, {table['currency']} {table['unit']}", columns)
+    for model, e in entries.items():
+        writes = "/".join(str(e[k]) for k in ("cache_write", "cache_write_1h") if k in e) or "-"
+        tier = e.get("long_context")
+        out.add_row(
+            model,
+            str(e["input"]),
+            str(e.get("cache_read", "-")),
+            writes,
+            str(e["output"]),
+            str(e.get("batch_discount", "-")),
+            str(e.get("flex_discount", "-")),
+            f">{tier['above']:,}: x{tier['input']}/x{tier['output']}" if tier else "-",
+            str(e.get("as_of", "-")),
+        )
+    console = _stdout()
+    console.print(out)
+    console.print(table["note"], markup=False)
 
 
 @app.command(name="providers")
