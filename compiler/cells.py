@@ -21,7 +21,7 @@ from nspec.providers import provider as provider_api
 from nspec.spec.templates import render
 
 from . import grid as grid_axes
-from .caching import CacheCut, CachePlanner, CachePolicy, ReadsAhead, cache_policy, control_nonce
+from .caching import CacheCut, CachePlanner, CachePolicy, cache_policy, control_nonce
 from .context import BuiltContext, Insert, PromptParts, build_context, fixed_tokens
 from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
@@ -92,8 +92,6 @@ class _Draft:
     expected: list[str]
     alternates: list[str]
     control: bool = False  # in the cache control arm
-    place: int = 0  # its place in its cache group (`ReadsAhead.place`)
-    within: int = 0  # cells of its place still to come
     siblings_ahead: int = 0  # questions still to come about this same context
     question_index: int | None = None  # which of its context's questions it asks (several per context)
 
@@ -183,7 +181,6 @@ class CellMaker:
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
         self.per_context: int = spec["grid"].get("questions_per_context", 1)
         self.caching = CachePlanner(self.seed)
-        self._reads_ahead: ReadsAhead | None = None
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack
 
     def count(self) -> int:
@@ -304,10 +301,7 @@ class CellMaker:
             questions = Draws(self.seed, "questions", slot.trial).sample(questions, per_trial)
         k = self.per_context
         chunks = [questions[i : i + k] for i in range(0, len(questions), k)]
-        per_depth = len(self.repeats) * len(questions)
-        for di, depth in enumerate(self.depths):
-            place = self.reads_ahead.place(self.lengths.index(slot.length), di)
-            n = 0
+        for depth in self.depths:
             for repeat in self.repeats:
                 for chunk in chunks:
                     inserts = [Insert(self.source.items[q.item], depth, repeat) for q in chunk]
@@ -330,7 +324,6 @@ class CellMaker:
                             }
                             for other in chunk
                         ]
-                        n += 1
                         yield self._draft(
                             slot,
                             identity,
@@ -339,13 +332,13 @@ class CellMaker:
                             needles,
                             [q.answer],
                             list(q.alternates),
-                            (place, per_depth - n, len(chunk) - 1 - j, j if k > 1 else None),
+                            (len(chunk) - 1 - j, j if k > 1 else None),
                         )
 
     def _text_cells(self, slot: _Slot) -> Iterator[_Draft]:
         ids = needle_ids(self.spec["needles"])
         k = self.per_context
-        for di, depth in enumerate(self.depths):
+        for depth in self.depths:
             key = (slot.length, depth, slot.trial)
             sets = self._needle_sets(key)
             inserts: list[Insert] = []
@@ -359,7 +352,6 @@ class CellMaker:
                         for n, d in zip(drawn.instances, depths, strict=True)
                     ]
                 )
-            place = self.reads_ahead.place(self.lengths.index(slot.length), di)
             for j, drawn in enumerate(sets):
                 # Every question's context holds every set's needles; another question's are distractors to it.
                 needles = [
@@ -381,7 +373,7 @@ class CellMaker:
                     needles,
                     drawn.expected,
                     drawn.alternates,
-                    (place, k - 1 - j, k - 1 - j, j if k > 1 else None),
+                    (k - 1 - j, j if k > 1 else None),
                 )
 
     def _needle_sets(self, key: tuple[Any, ...]) -> list[CellNeedles]:
@@ -400,13 +392,6 @@ class CellMaker:
                 )
             sets.append(drawn)
         return sets
-
-    @property
-    def reads_ahead(self) -> ReadsAhead:
-        if self._reads_ahead is None:
-            per_depth = len(self.repeats) * self._stack_questions() if self.is_stack else self.per_context
-            self._reads_ahead = ReadsAhead(self.lengths, self.depths, per_depth, self.negatives)
-        return self._reads_ahead
 
     def _needle_depths(self, drawn: CellNeedles, depth: float, draws: Draws) -> list[float]:
         """Requested depth of every instance: the first at the cell's depth, the rest per `placement`."""
@@ -457,8 +442,7 @@ class CellMaker:
         else:
             question = draw_needles(self.spec["needles"], draws).question
         identity = {"variant": slot.variant, "length": slot.length, "trial": slot.trial, "negative": k}
-        place = self.reads_ahead.place(self.lengths.index(slot.length), None)
-        return self._draft(slot, identity, question, [], [], [], [], (place, self.negatives - 1 - k, 0, None))
+        return self._draft(slot, identity, question, [], [], [], [], (0, None))
 
     @staticmethod
     def _parts(prompt: dict[str, Any], question: str) -> PromptParts:
@@ -482,14 +466,14 @@ class CellMaker:
         needles: list[dict[str, Any]],
         expected: list[str],
         alternates: list[str],
-        order: tuple[int, int, int, int | None],
+        order: tuple[int, int | None],
     ) -> _Draft:
-        """``order``: the cell's place in its cache group (`ReadsAhead.place`), the cells of that place still to
-        come, the questions still to come about its context, and its question's index in the context (or None)."""
+        """``order``: the questions still to come about its context, and its question's index in the context (or
+        None: one question per context)."""
         parts = self._parts(slot.prompt, question)
-        place, within, siblings, index = order
+        siblings, index = order
         draft = _Draft(identity, question, parts, inserts, needles, expected, alternates)
-        draft.place, draft.within, draft.siblings_ahead, draft.question_index = place, within, siblings, index
+        draft.siblings_ahead, draft.question_index = siblings, index
         policy = slot.model.cache
         if policy is not None and self.caching.is_control(policy, self._cell_id(slot, draft)):
             draft.control = True
@@ -611,7 +595,7 @@ class CellMaker:
     def _cache_cut(self, slot: _Slot, draft: _Draft, built: BuiltContext, cid: str) -> CacheCut:
         """The cell's cache shape: its group is every cell of the model, trial and prompt variant whose prompt is
         the same up to the haystack and whose haystack starts at the same token."""
-        model, parts, tt = slot.model, draft.parts, slot.tt
+        model, parts = slot.model, draft.parts
         assert model.cache is not None
         begin = built.span[0]
         shared = [model.label, str(slot.variant), str(slot.trial), str(begin), parts.system or "", parts.prefix]
@@ -620,11 +604,10 @@ class CellMaker:
             self._heads[group] = fixed_tokens(model.tokenizer, parts) + len(model.tokenizer.encode(parts.prefix))
         head = self._heads[group]
         scale = model.tokenizer.scale
-        needle = (len(parts.prefix) + len(tt.text(begin, built.first_insert)), scale(head + built.first_insert - begin))
+        # A needle at depth 100 moves the haystack's start: such a cell shares its prefix with no other context (its
+        # group is its own).
+        needle = scale(head + built.first_insert - begin)
         context_chars = len(built.user) - len(parts.suffix)
         digest = hashlib.sha256(built.user[:context_chars].encode()).hexdigest() if self.per_context > 1 else cid
         context = (context_chars, scale(head + built.haystack_tokens), digest)
-        # A needle at depth 100 moved the haystack's start: the cell shares its prefix with no other context (its
-        # group is its own), only its context with the context's other questions.
-        reads = 0 if begin != slot.start else self.reads_ahead(draft.place, draft.within)
-        return self.caching.cut(model.cache, group, draft.control, needle, context, reads, draft.siblings_ahead)
+        return self.caching.cut(model.cache, group, draft.control, needle, context, draft.siblings_ahead)

@@ -114,3 +114,25 @@ def test_a_budget_below_the_estimate_is_refused_before_any_work(emulator, spec_f
     assert not (tmp_path / "out" / "shared").exists() or not list((tmp_path / "out").rglob("ledger*"))
     ran = cli("run", spec, "-o", str(tmp_path / "out"), "--max-usd", "100")
     assert ran.code in (0, 3), ran.err
+
+
+def test_flex_is_offered_where_openai_has_it_and_refused_elsewhere(emulator, spec_file, cli, tmp_path):
+    import openai
+
+    emu = emulator()
+    flex = SPEC.format(url=emu.openai_base_url, control=0.0, budget="").replace(
+        "anthropic/claude-haiku-4-5", "openai/gpt-5-mini, mode: flex"
+    )
+    ran = cli("run", spec_file(flex), "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    (run,) = (tmp_path / "out" / "shared").iterdir()
+    line = json.loads(next((run / "answers" / "requests").glob("*.jsonl")).read_text().splitlines()[0])
+    assert line["body"]["service_tier"] == "flex" and line["body"]["prompt_cache_key"].startswith("nspec-")
+    # gpt-4.1 has no flex tier: validate says so, and the emulator refuses it as OpenAI does
+    checked = cli("validate", spec_file(flex.replace("gpt-5-mini", "gpt-4.1")))
+    assert checked.code == 2 and "has no flex tier" in checked.err
+    client = openai.OpenAI(api_key="test-key", base_url=emu.openai_base_url, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="service_tier"):
+        client.chat.completions.create(
+            model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], service_tier="flex", max_tokens=5
+        )

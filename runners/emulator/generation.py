@@ -103,7 +103,7 @@ def openai_completion(body: dict[str, Any], responder: Responder, key: str, crea
                 "rejected_prediction_tokens": 0,
             },
         },
-        "service_tier": "default",
+        "service_tier": body.get("service_tier") or "default",
         "system_fingerprint": "fp_nspec_emulator",
     }
 

@@ -162,6 +162,16 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+def chat_messages(system: str | None, user: str, prefill: str | None, **prefill_fields: Any) -> list[dict[str, Any]]:
+    """A chat request's messages in OpenAI's shape: the system prompt, the user message, and the prefill as a final
+    assistant message (with whatever fields the API marks a continued message by)."""
+    messages: list[dict[str, Any]] = [] if system is None else [{"role": "system", "content": system}]
+    messages.append({"role": "user", "content": user})
+    if prefill is not None:
+        messages.append({"role": "assistant", "content": prefill, **prefill_fields})
+    return messages
+
+
 def chat_text(messages: Any) -> str:
     """The texts of chat messages (OpenAI's and Anthropic's shape), in order."""
     return "\n\n".join(message_text(m.get("content")) for m in messages or [] if isinstance(m, Mapping))

@@ -28,6 +28,7 @@ from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
+    chat_messages,
     chat_text,
     connection_error,
     request_failure,
@@ -127,10 +128,7 @@ class Mistral(BaseProvider):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = [] if system is None else [{"role": "system", "content": system}]
-        messages.append({"role": "user", "content": user})
-        if prefill is not None:
-            messages.append({"role": "assistant", "content": prefill, "prefix": True})
+        messages = chat_messages(system, user, prefill, prefix=True)
         body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
         body.update(body_params(params))
         return {"custom_id": custom_id, "body": body}

@@ -31,6 +31,7 @@ from nspec.errors import NspecError
 from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
+    chat_messages,
     chat_text,
     connection_error,
     request_failure,
@@ -40,10 +41,8 @@ from nspec.runners.providers import (
     status_error,
     stream_lines,
 )
-from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
+from nspec.runners.providers.openai_models import CHAT, FLEX_MODELS, RESPONSES, refusals
 
-# The models with a flex tier (a snapshot's name starts as its model's).
-FLEX_MODELS = ("gpt-5", "o3", "o4-mini")
 # The model families whose tokenizer is known: o200k_base (checked first), then cl100k_base.
 _O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "codex-mini")
 _CL100K = ("gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
@@ -167,7 +166,6 @@ class OpenAI(BaseProvider):
         return {"timeout": 900.0} if entry.get("mode") == "flex" else {}
 
     def takes_flex(self, entry: Mapping[str, Any]) -> bool:
-        # platform.openai.com/docs/guides/flex-processing: "available for o3, o4-mini and gpt-5 models"
         return self.name == "openai" and model_name(entry).startswith(FLEX_MODELS)
 
     def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle | None:
@@ -240,11 +238,7 @@ class OpenAI(BaseProvider):
             body["max_output_tokens"] = limit
             body.update(_responses_params(given))
         else:
-            messages = [] if system is None else [{"role": "system", "content": system}]
-            messages.append({"role": "user", "content": user})
-            if prefill is not None:
-                messages.append({"role": "assistant", "content": prefill})
-            body["messages"] = messages
+            body["messages"] = chat_messages(system, user, prefill)
             body[self.limit_key] = limit
             body.update(given)
         if entry.get("mode") == "flex":

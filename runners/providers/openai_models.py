@@ -25,6 +25,9 @@ RESPONSES = "/v1/responses"
 _DEFAULTS = {"temperature": 1, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0}
 _REFUSED_WHILE_REASONING = ("logprobs", "top_logprobs", "logit_bias", "stop")
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+# The models with a flex tier (platform.openai.com/docs/guides/flex-processing: "available for o3, o4-mini and gpt-5
+# models"); a snapshot's name starts as its model's.
+FLEX_MODELS = ("gpt-5", "o3", "o4-mini")
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,14 @@ def refusals(body: Mapping[str, Any], endpoint: str) -> list[Refusal]:
             )
     if verbosity is not None and not fam.verbosity:
         out.append(_unsupported(verbosity_param))
+    if body.get("service_tier") == "flex" and not model.startswith(FLEX_MODELS):
+        out.append(
+            Refusal(
+                "service_tier",
+                "unsupported_value",
+                f"Unsupported value: 'service_tier' does not support 'flex' with the '{model}' model.",
+            )
+        )
     reasoning_now = fam.reasoning and (effort if effort is not None else fam.default_effort) != "none"
     if reasoning_now:
         for param, default in _DEFAULTS.items():

@@ -25,6 +25,7 @@ from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
+    chat_messages,
     chat_text,
     connection_error,
     request_failure,
@@ -75,10 +76,8 @@ class Together(BaseProvider):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = [] if system is None else [{"role": "system", "content": system}]
-        messages.append({"role": "user", "content": user})
-        if prefill is not None:  # refused at validate: Together's chat API does not say it continues one
-            messages.append({"role": "assistant", "content": prefill})
+        # A prefill is refused at validate: Together's chat API does not say it continues one.
+        messages = chat_messages(system, user, prefill)
         body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
         body.update({_RENAMED.get(k, k): v for k, v in params.items() if v is not None})
         return {"custom_id": custom_id, "body": body}
