@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,8 +21,8 @@ from nspec.providers import provider as provider_api
 from nspec.spec.templates import render
 
 from . import grid as grid_axes
-from .caching import CacheCut, CachePlanner, CachePolicy, cache_policy, control_nonce
-from .context import BuiltContext, Insert, PromptParts, build_context, fixed_tokens
+from .caching import CacheCut, CachePlanner, CachePolicy, CellPrefix, build_ladder, cache_policy, control_nonce
+from .context import BuiltContext, Insert, PromptParts, build_context, build_on_span, fixed_tokens
 from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
@@ -181,7 +181,7 @@ class CellMaker:
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
         self.per_context: int = spec["grid"].get("questions_per_context", 1)
         self.caching = CachePlanner(self.seed)
-        self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack
+        self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
 
     def count(self) -> int:
         """How many cells the grid makes, by arithmetic (nothing is built): what the cell cap is checked against
@@ -290,7 +290,7 @@ class CellMaker:
                     (self._negative_cell(slot, k) for k in range(self.negatives)),
                 )
                 if model.counter is None:
-                    yield from (self._cell(slot, draft, self._proxy_context(slot, draft)) for draft in drafts)
+                    yield from self._proxy_cells(slot, drafts)
                 else:
                     yield from self._counted_cells(slot, list(drafts), model.counter)
 
@@ -489,6 +489,29 @@ class CellMaker:
     def _cell_id(self, slot: _Slot, draft: _Draft) -> str:
         return cell_id(slot.model, {"model": slot.model.label, **draft.identity})
 
+    def _proxy_cells(self, slot: _Slot, drafts: Iterable[_Draft]) -> Iterator[Cell]:
+        """The slot's cells fitted by the model's tokenizer. The questions asked of one context share it exactly
+        (a prompt cache reads it only so): its span is fitted once, for the question that takes the most tokens."""
+        context: list[_Draft] = []
+        for draft in drafts:
+            context.append(draft)
+            if draft.siblings_ahead:
+                continue
+            if len(context) == 1:
+                yield self._cell(slot, draft, self._proxy_context(slot, draft))
+            else:
+                tokenizer = slot.model.tokenizer
+                widest = max(context, key=lambda d: len(tokenizer.encode(d.parts.prefix + d.parts.suffix)))
+                span = self._proxy_context(slot, widest).span
+                separator = self.source.separator if self.is_stack else None
+                target = self._fit_target(slot.model, slot.length, widest.parts.reserve)
+                for sibling in context:
+                    built, _ = build_on_span(
+                        slot.tt, tokenizer, sibling.parts, sibling.inserts, span, target, separator
+                    )
+                    yield self._cell(slot, sibling, built)
+            context = []
+
     def _proxy_context(self, slot: _Slot, draft: _Draft) -> BuiltContext:
         """The cell fitted by its model's tokenizer (inside a proxy's margin of max_context)."""
         model = slot.model
@@ -593,21 +616,64 @@ class CellMaker:
         return Cell(record, request, model, composed)
 
     def _cache_cut(self, slot: _Slot, draft: _Draft, built: BuiltContext, cid: str) -> CacheCut:
-        """The cell's cache shape: its group is every cell of the model, trial and prompt variant whose prompt is
-        the same up to the haystack and whose haystack starts at the same token."""
+        """The cell's cache shape; its group is every cell of the model, trial and prompt variant."""
         model, parts = slot.model, draft.parts
         assert model.cache is not None
-        begin = built.span[0]
-        shared = [model.label, str(slot.variant), str(slot.trial), str(begin), parts.system or "", parts.prefix]
-        group = "\0".join(shared)
-        if group not in self._heads:
-            self._heads[group] = fixed_tokens(model.tokenizer, parts) + len(model.tokenizer.encode(parts.prefix))
+        group = "\0".join([model.label, str(slot.variant), str(slot.trial)])
+        base = self._parts(slot.prompt, "")
+        if not self.caching.known(group):
+            self._open_cache_group(slot, group, base)
         head = self._heads[group]
         scale = model.tokenizer.scale
-        # A needle at depth 100 moves the haystack's start: such a cell shares its prefix with no other context (its
-        # group is its own).
-        needle = scale(head + built.first_insert - begin)
+        begin = built.span[0]
+        # A needle at depth 100 moves the haystack's start, a question in the system prompt or before the haystack
+        # changes what precedes it: such a cell shares only its context with its siblings.
+        shares = begin == slot.start and (parts.system, parts.prefix) == (base.system, base.prefix)
         context_chars = len(built.user) - len(parts.suffix)
-        digest = hashlib.sha256(built.user[:context_chars].encode()).hexdigest() if self.per_context > 1 else cid
-        context = (context_chars, scale(head + built.haystack_tokens), digest)
-        return self.caching.cut(model.cache, group, draft.control, needle, context, draft.siblings_ahead)
+        context = cid
+        if self.per_context > 1:
+            context = hashlib.sha256(f"{parts.system}\0{built.user[:context_chars]}".encode()).hexdigest()
+        cell = CellPrefix(
+            needle_tokens=scale(head + built.first_insert - begin),
+            context_chars=context_chars,
+            context_tokens=scale(head + built.haystack_tokens),
+            context=context,
+            siblings_ahead=draft.siblings_ahead,
+            first_insert=built.first_insert if shares else None,
+            forecast=self._forecast_insert(slot, draft.identity.get("depth"), "negative" in draft.identity, head),
+        )
+        return self.caching.cut(model.cache, group, draft.control, cell)
+
+    def _open_cache_group(self, slot: _Slot, group: str, base: PromptParts) -> None:
+        """A group's head tokens, its ladder (for providers that mark breakpoints) and the forecast of where its
+        cells' first needles go, from the grid."""
+        model = slot.model
+        assert model.cache is not None
+        head = self._heads[group] = fixed_tokens(model.tokenizer, base) + len(model.tokenizer.encode(base.prefix))
+        lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
+        per_depth = len(self.repeats) * self._stack_questions() if self.is_stack else self.per_context
+        forecast = [(self._forecast_insert(slot, d, False, head, n), per_depth) for n in lengths for d in self.depths]
+        forecast += [(self._forecast_insert(slot, None, True, head, n), self.negatives) for n in lengths]
+        ladder = None
+        if model.cache.style.kind == "breakpoints":
+            longest = max((self._haystack_room(slot, n, head) for n in lengths), default=0)
+            ladder = build_ladder(slot.tt, slot.start, longest, len(base.prefix), head, model.tokenizer.scale)
+        self.caching.open(group, ladder, forecast)
+
+    def _forecast_insert(
+        self, slot: _Slot, depth: float | None, negative: bool, head: int, length: int | None = None
+    ) -> int:
+        """Where a cell's first needle is forecast to go, as a haystack token (-1: a needle at the very end, which
+        moves the haystack's start)."""
+        room = self._haystack_room(slot, slot.length if length is None else length, head)
+        if negative or depth is None:
+            return slot.start + room
+        if depth >= 100 and not self.is_stack:
+            return -1
+        return slot.start + int(room * depth / 100)
+
+    def _haystack_room(self, slot: _Slot, length: int, head: int) -> int:
+        """About how many haystack tokens (the tokenizer's own) a cell of ``length`` holds."""
+        reserve = slot.prompt.get("reserve_tokens", 300)
+        per_token = slot.model.tokenizer.scale(1_000_000) / 1_000_000
+        return max(0, int((length - reserve) / per_token) - head)

@@ -115,6 +115,24 @@ def build_context(
     return _with_haystack(fit.moving_end(start, end, mode), target)
 
 
+def build_on_span(
+    tt: TokenizedText,
+    tokenizer: Tokenizer,
+    parts: PromptParts,
+    inserts: list[Insert],
+    span: tuple[int, int],
+    target: int,
+    stack_separator: str | None = None,
+) -> tuple[BuiltContext, int]:
+    """The context of haystack tokens ``span`` with ``inserts`` (a span another cell was fitted to), and its total
+    in model tokens."""
+    texts = [_insert_text(i, stack_separator) for i in inserts]
+    sizes = [len(tokenizer.encode(t)) for t in texts]
+    fixed = fixed_tokens(tokenizer, parts)
+    fit = _Fit(tt, tokenizer, parts, inserts, texts, sizes, stack_separator, fixed, target - parts.reserve, target)
+    return fit.build(*span)
+
+
 def _with_haystack(built: BuiltContext, target: int) -> BuiltContext:
     """A context is a haystack with needles in it: one that the prompt and needles fill on their own is not one."""
     if built.span[0] >= built.span[1]:

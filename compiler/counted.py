@@ -29,10 +29,10 @@ from .context import (
     FitError,
     Insert,
     PromptParts,
-    _Fit,
     _insert_text,
     assemble_at,
     build_context,
+    build_on_span,
     fixed_tokens,
     place,
 )
@@ -196,19 +196,5 @@ class CountedSlot:
 
     def _context(self, plan: CellPlan, b: int, e: int, total: int) -> BuiltContext:
         """The cell's context on the fitted span, its count the composed one."""
-        texts = [_insert_text(i, self.separator) for i in plan.inserts]
-        sizes = [len(self.tokenizer.encode(t)) for t in texts]
-        fit = _Fit(
-            self.tt,
-            self.tokenizer,
-            plan.parts,
-            plan.inserts,
-            texts,
-            sizes,
-            self.separator,
-            fixed_tokens(self.tokenizer, plan.parts),
-            self.goal,
-            self.target,
-        )
-        built, _ = fit.build(b, e)
+        built, _ = build_on_span(self.tt, self.tokenizer, plan.parts, plan.inserts, (b, e), self.target, self.separator)
         return dataclasses.replace(built, tokens=total)

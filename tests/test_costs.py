@@ -4,6 +4,7 @@ control arm; budgets refused before any work."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -136,3 +137,49 @@ def test_flex_is_offered_where_openai_has_it_and_refused_elsewhere(emulator, spe
         client.chat.completions.create(
             model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], service_tier="flex", max_tokens=5
         )
+
+
+LADDER_SPEC = """\
+nspec: 1
+name: ladder
+seed: 5
+haystack: {{corpus: austen, vary: none}}
+needles:
+  - {{text: "The secret code word is heliotrope.", question: "What is the secret code word?", answer: heliotrope}}
+grid: {{context_lengths: [8000, 12000, 16000], depths: [30, 60, 90]}}
+prompt: {{user: "{{haystack}}\\n\\nAnswer from the text. {{question}}", reserve_tokens: 60}}
+cache: {{control: 0}}
+models:
+  - {{id: anthropic/claude-haiku-4-5, base_url: "{url}", params: {{max_tokens: 40}}}}
+run: {{poll: {{min_seconds: 0.01, max_seconds: 0.05}}}}
+"""
+
+
+def test_claude_cells_of_different_contexts_read_the_haystack_before_their_needles(emulator, spec_file, cli, tmp_path):
+    emu = emulator()
+    ran = cli("run", spec_file(LADDER_SPEC.format(url=emu.anthropic_base_url)), "--wait", "-o", str(tmp_path / "o"))
+    assert ran.code == 0, ran.err
+    (run,) = (tmp_path / "o" / "ladder").iterdir()
+    cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
+    shard = next((run / "answers" / "requests").glob("*.jsonl"))
+    contents = [json.loads(line)["params"]["messages"][0]["content"] for line in shard.read_text().splitlines()]
+    contents = [c for c in contents if isinstance(c, list)]  # a needle before the model's minimum: nothing to cache
+    assert len(contents) >= 5
+    # Every request splits its haystack at the same points: its block ends are a prefix of one shared ladder
+    ends = [list(itertools.accumulate(len(b["text"]) for b in blocks[:-1])) for blocks in contents]
+    ladder = max(ends, key=len)
+    assert all(e == ladder[: len(e)] for e in ends) and len(ladder) > 10
+    texts = ["".join(b["text"] for b in blocks) for blocks in contents]
+    widest = texts[ends.index(ladder)]
+    assert all(t[:n] == widest[:n] for t, e in zip(texts, ends, strict=True) for n in e[-1:])
+    assert all(sum("cache_control" in b for b in blocks) <= 2 for blocks in contents)
+    usage = {r["cell_id"]: r["usage"] for r in map(json.loads, (run / "answers" / "results.jsonl").open())}
+    reads = [usage[c["cell_id"]].get("cache_read_tokens", 0) for c in cells]
+    # After the first cells the haystack before each needle comes from the cache, as planned
+    assert sum(reads) > 0.3 * sum(u["input_tokens"] for u in usage.values())
+    for cell in cells:  # as planned, within the proxy tokenizer's error
+        read = usage[cell["cell_id"]].get("cache_read_tokens", 0)
+        assert abs(read - cell["cache"]["read_tokens"]) <= 0.03 * read
+    billed = sum(HAIKU.cost(Usage.of(u), "batch") or 0 for u in usage.values())
+    uncached = sum(HAIKU.cost(Usage(u["input_tokens"], u["output_tokens"]), "batch") or 0 for u in usage.values())
+    assert billed < 0.85 * uncached

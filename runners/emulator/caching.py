@@ -2,7 +2,7 @@
 
 - Anthropic (platform.claude.com, "Prompt caching"): an entry is written at each block marked `cache_control`, for
   five minutes or an hour (`ttl`); a request reads the longest entry that matches it exactly up to one of its block
-  boundaries, looking back at most 20 blocks from a breakpoint; a hit refreshes the entry; a prefix shorter than the
+  boundaries, looking back at most 20 blocks from each breakpoint; a hit refreshes the entry; a prefix shorter than the
   model's minimum is not cached at all; at most four breakpoints, and a one-hour entry may not follow a five-minute
   one. Usage splits the input into `cache_read_input_tokens`, `cache_creation_input_tokens` (by TTL in
   `cache_creation`) and the rest, `input_tokens`.
@@ -81,23 +81,26 @@ class PromptCaches:
             return {**plain, "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}}
         minimum = cache_minimum(str(body.get("model", "")))
         # Each block boundary: the digest of everything up to it, and its tokens as usage counts them (3 priming,
-        # 4 per message begun, the texts).
+        # 4 per message begun, the texts; each block counted once, as it comes).
         digests, tokens = [], []
         state = hashlib.sha256(str(body.get("model", "")).encode())
-        texts: dict[int, str] = {}
+        begun: set[int] = set()
+        count = 3
         for block in blocks:
-            state.update(repr((block["_message"], block.get("_role"), block.get("text", ""))).encode())
+            text = str(block.get("text", ""))
+            state.update(repr((block["_message"], block.get("_role"), text)).encode())
             digests.append(state.copy().hexdigest())
-            texts[block["_message"]] = texts.get(block["_message"], "") + str(block.get("text", ""))
-            tokens.append(3 + sum(4 + counted_tokens(t) for t in texts.values()))
+            count += counted_tokens(text) + (4 if block["_message"] not in begun else 0)
+            begun.add(block["_message"])
+            tokens.append(count)
         with self._lock:
-            last = marks[-1]
+            # Each breakpoint looks back at most 20 blocks for an entry; the longest hit is read.
+            looked = sorted({i for m in marks for i in range(max(0, m - LOOKBACK_BLOCKS + 1), m + 1)}, reverse=True)
+            hit = next((i for i in looked if tokens[i] >= minimum and self._live(digests[i], now)), None)
             read = 0
-            for i in range(last, max(-1, last - LOOKBACK_BLOCKS), -1):
-                if tokens[i] >= minimum and self._live(digests[i], now):
-                    read = tokens[i]
-                    self._entries[digests[i]] = max(self._entries[digests[i]], now + 300.0)  # a hit refreshes it
-                    break
+            if hit is not None:
+                read = tokens[hit]
+                self._entries[digests[hit]] = max(self._entries[digests[hit]], now + 300.0)  # a hit refreshes it
             written = {"5m": 0, "1h": 0}
             upto = read
             for i in marks:

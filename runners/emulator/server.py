@@ -26,6 +26,7 @@ class Emulator:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
+        self._socket.listen(2048)  # connections made before the server runs wait instead of being refused
         self.port = self._socket.getsockname()[1]
         self._server = uvicorn.Server(
             uvicorn.Config(build_app(self.emulation), log_level="critical", lifespan="off", access_log=False)
