@@ -80,6 +80,7 @@ def measure(path: Path) -> dict[str, dict[str, float]]:
         row["actual"] += price.cost(usage, lane) or 0.0
         row["list"] += price.cost(Usage(usage.input_tokens, usage.output_tokens), "live") or 0.0
         row["read"] += usage.cache_read_tokens
+        row["written"] += usage.cache_write_tokens + usage.cache_write_1h_tokens
         row["input"] += usage.input_tokens
     for label, row in out.items():
         row["estimate"] = spec_models[label]["cost_usd"]["run"] or 0.0
@@ -105,6 +106,12 @@ def main() -> None:
             ("classic, gpt-5-mini batch + cache key", CLASSIC_NEEDLE, gpt, 1),
             ("classic, gpt-5-mini flex", CLASSIC_NEEDLE, flex, 1),
             ("8 questions per context, claude batch + cache", MULTI_NEEDLE, claude, 8),
+            (
+                "8 questions per context, claude batch + cache, 5-minute writes",
+                MULTI_NEEDLE,
+                claude[:-1] + ", cache: {ttl: 5m}}",
+                8,
+            ),
             ("8 questions per context, gpt-5-mini flex", MULTI_NEEDLE, flex, 8),
         ]
         for label, needle, model, per_context in cases:
@@ -122,7 +129,8 @@ def main() -> None:
                     f"{label}: {model_label}: actual ${row['actual']:.4f} = {row['actual'] / row['list']:.1%} of the "
                     f"live list price ${row['list']:.4f} (plan: ${row['estimate']:.4f} = "
                     f"{row['estimate'] / row['estimate_live']:.1%} of its live estimate, answers at max_tokens); "
-                    f"{row['read'] / row['input']:.1%} of input tokens read from the cache; pass rate cached "
+                    f"{row['read'] / row['input']:.1%} of input tokens read from the cache, "
+                    f"{row['written'] / row['input']:.1%} written to it; pass rate cached "
                     f"{row['cached_pass']:.1%} of {row['cached_cells']:.0f}, control {row['control_pass']:.1%} of "
                     f"{row['control_cells']:.0f}; {seconds:.1f} s"
                 )

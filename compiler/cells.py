@@ -78,6 +78,7 @@ class Cell:
     request: dict[str, Any]  # the provider batch input line
     model: Model
     composed: int | None = None  # the count composed from the provider's counts (calibrate checks it)
+    opens_group: tuple[int, int] | None = None  # first of a cache group: the group's forecast requests and bytes
 
 
 @dataclass
@@ -580,8 +581,9 @@ class CellMaker:
         extra: dict[str, Any] = {}
         if draft.question_index is not None:
             extra["question_index"] = draft.question_index
+        opens_group = None
         if model.cache is not None:
-            cut = self._cache_cut(slot, draft, built, cid)
+            cut, opens_group = self._cache_cut(slot, draft, built, cid)
             request = model.api.shape_cache(request, built.user, cut)
             extra["cache"] = cut.record()
         identity = draft.identity
@@ -613,16 +615,18 @@ class CellMaker:
             "haystack_uses": uses,
             **extra,
         }
-        return Cell(record, request, model, composed)
+        return Cell(record, request, model, composed, opens_group)
 
-    def _cache_cut(self, slot: _Slot, draft: _Draft, built: BuiltContext, cid: str) -> CacheCut:
-        """The cell's cache shape; its group is every cell of the model, trial and prompt variant."""
+    def _cache_cut(
+        self, slot: _Slot, draft: _Draft, built: BuiltContext, cid: str
+    ) -> tuple[CacheCut, tuple[int, int] | None]:
+        """The cell's cache shape; its group is every cell of the model, trial and prompt variant. The first cell of
+        a group also gets the group's forecast size (requests, bytes), so the group can be kept in one shard."""
         model, parts = slot.model, draft.parts
         assert model.cache is not None
         group = "\0".join([model.label, str(slot.variant), str(slot.trial)])
         base = self._parts(slot.prompt, "")
-        if not self.caching.known(group):
-            self._open_cache_group(slot, group, base)
+        opens = None if self.caching.known(group) else self._open_cache_group(slot, group, base)
         head = self._heads[group]
         scale = model.tokenizer.scale
         begin = built.span[0]
@@ -642,11 +646,11 @@ class CellMaker:
             first_insert=built.first_insert if shares else None,
             forecast=self._forecast_insert(slot, draft.identity.get("depth"), "negative" in draft.identity, head),
         )
-        return self.caching.cut(model.cache, group, draft.control, cell)
+        return self.caching.cut(model.cache, group, draft.control, cell), opens
 
-    def _open_cache_group(self, slot: _Slot, group: str, base: PromptParts) -> None:
+    def _open_cache_group(self, slot: _Slot, group: str, base: PromptParts) -> tuple[int, int]:
         """A group's head tokens, its ladder (for providers that mark breakpoints) and the forecast of where its
-        cells' first needles go, from the grid."""
+        cells' first needles go, from the grid; returns the forecast of its requests and their bytes."""
         model = slot.model
         assert model.cache is not None
         head = self._heads[group] = fixed_tokens(model.tokenizer, base) + len(model.tokenizer.encode(base.prefix))
@@ -659,6 +663,11 @@ class CellMaker:
             longest = max((self._haystack_room(slot, n, head) for n in lengths), default=0)
             ladder = build_ladder(slot.tt, slot.start, longest, len(base.prefix), head, model.tokenizer.scale)
         self.caching.open(group, ladder, forecast)
+        # a request is about its haystack's bytes, plus the JSON around it
+        per_token = len(slot.tt.data) / max(1, slot.tt.n_tokens)
+        cells = per_depth * len(self.depths) + self.negatives
+        size = sum(cells * (int(self._haystack_room(slot, n, head) * per_token * 1.02) + 1024) for n in lengths)
+        return cells * len(lengths), size
 
     def _forecast_insert(
         self, slot: _Slot, depth: float | None, negative: bool, head: int, length: int | None = None

@@ -413,14 +413,24 @@ class ShardWriter:
         self._fh: IO[bytes] | None = None
         self._hash: Any = None
 
-    def write(self, line: bytes) -> str:
+    def write(self, line: bytes, opens_group: tuple[int, int] | None = None) -> str:
+        """Appends a request line; returns its shard's file. ``opens_group`` (forecast requests and bytes of a cache
+        group the line starts) starts a new shard when the group would not fit in the rest of the current one but
+        fits in a fresh one: requests that share a prefix are kept together."""
         if len(line) > self.max_bytes:
             raise CompileError(
                 f"one request of {self.model.label} is {len(line):,} bytes, over the shard limit of "
                 f"{self.max_bytes:,} bytes"
             )
         current = self.shards[-1] if self.shards else None
-        if current is None or current["requests"] >= self.max_lines or current["bytes"] + len(line) > self.max_bytes:
+        full = current is None or current["requests"] >= self.max_lines or current["bytes"] + len(line) > self.max_bytes
+        if not full and current is not None and current["requests"] and opens_group is not None:
+            lines, size = opens_group
+            fits_fresh = lines <= self.max_lines and size <= self.max_bytes
+            full = fits_fresh and (
+                current["requests"] + lines > self.max_lines or current["bytes"] + size > self.max_bytes
+            )
+        if full:
             self._open()
             current = self.shards[-1]
         assert self._fh is not None
@@ -507,7 +517,7 @@ def _write(
     seen: set[str] = set()
     with open(folder / "cells.jsonl", "wb") as cells_file:
         for cell in _unique(maker.cells(), seen):
-            shard = writers[cell.model.label].write(jsonl.encode(cell.request))
+            shard = writers[cell.model.label].write(jsonl.encode(cell.request), cell.opens_group)
             cells_file.write(jsonl.encode({**cell.record, "shard": shard}))
             totals[cell.model.label].add(cell)
     for label, writer in writers.items():

@@ -202,18 +202,16 @@ def plan(
     )
     for m in result["models"]:
         tokenizer = m["tokenizer"]["name"] + ("" if m["tokenizer"]["exact"] else " (inexact)")
+        cache = m["cache"]
         table.add_row(
             m["label"],
             m["mode"],
             f"{m['cells']:,}",
             f"{m['requests']:,}",
-            f"{m['input_tokens']:,}",
+            f"{m['input_tokens']:,}" + (f" ({cache['read_tokens']:,} cached)" if cache else ""),
             f"{m['output_tokens_max']:,}",
             tokenizer,
-            _usd(m["cost_usd"]["live"]),
-            _usd(m["cost_usd"]["batch"]),
-            _usd(m["cost_usd"]["batch_cache"]),
-            _usd(m["cost_usd"]["flex"]),
+            *(_lane_usd(m["cost_usd"], lane) for lane in ("live", "batch", "batch_cache", "flex")),
             f"{_usd(m['cost_usd']['run'])} ({m['cost_usd']['run_lane']}; cheapest: {m['cost_usd']['cheapest']})",
         )
     for j in result["judges"]:  # the panel grading every answer: an upper bound unless `when: always`
@@ -239,7 +237,7 @@ def plan(
     console.print(summary(result["provenance"]), markup=False)
     console.print(
         f"Prices as of {result['prices']['as_of']}, {result['prices']['currency']}; output cost assumes "
-        "every answer uses its max_tokens.",
+        "every answer uses its max_tokens; - : the model does not take that lane.",
         markup=False,
     )
 
@@ -303,6 +301,11 @@ def calibrate(
 
 def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}"
+
+
+def _lane_usd(costs: dict[str, Any], lane: str) -> str:
+    """A plan lane's cost; "-" where the model does not take the lane (its price known)."""
+    return "-" if costs[lane] is None and costs["known"] else _usd(costs[lane])
 
 
 @app.command()

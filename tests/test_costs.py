@@ -183,3 +183,57 @@ def test_claude_cells_of_different_contexts_read_the_haystack_before_their_needl
     billed = sum(HAIKU.cost(Usage.of(u), "batch") or 0 for u in usage.values())
     uncached = sum(HAIKU.cost(Usage(u["input_tokens"], u["output_tokens"]), "batch") or 0 for u in usage.values())
     assert billed < 0.85 * uncached
+
+
+def test_requests_that_share_a_prefix_are_kept_in_one_shard(spec_file, cli, tmp_path):
+    # three trials of four cells each (a cache group per trial), shards of at most six requests
+    text = LADDER_SPEC.format(url="http://127.0.0.1:9").replace("depths: [30, 60, 90]", "depths: [30, 60]")
+    text = text.replace("[8000, 12000, 16000]", "[8000, 12000]").replace("grid: {", "grid: {trials: 3, ")
+    text = text.replace("run: {", "run: {shard: {max_requests: 6}, ")
+    assert cli("compile", spec_file(text), "-o", str(tmp_path / "o")).code == 0
+    (run,) = (tmp_path / "o" / "ladder").iterdir()
+    cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
+    shards = {}
+    for cell in cells:
+        shards.setdefault(cell["shard"], set()).add(cell["trial"])
+    assert sorted(map(sorted, shards.values())) == [[0], [1], [2]]
+    # without caching, shards fill up
+    plain = text.replace("cache: {control: 0}", "cache: {mode: off}")
+    assert cli("compile", spec_file(plain), "-o", str(tmp_path / "p")).code == 0
+    (run,) = (tmp_path / "p" / "ladder").iterdir()
+    assert len(list((run / "answers" / "requests").glob("*.jsonl"))) == 2
+
+
+def test_flex_capacity_refusals_are_retried_not_recorded(emulator, spec_file, cli, tmp_path):
+    from nspec.runners import pipeline
+    from nspec.runners.emulator.config import Faults
+
+    emu = emulator(faults=Faults(flex_unavailable_rate=0.3), seed=2)
+    flex = SPEC.format(url=emu.openai_base_url, control=0.0, budget="").replace(
+        "anthropic/claude-haiku-4-5", "openai/gpt-5-mini, mode: flex"
+    )
+    assert cli("compile", spec_file(flex), "-o", str(tmp_path / "out")).code == 0
+    (run,) = (tmp_path / "out" / "shared").iterdir()
+    pipeline.submit(run, live_backoff=0.001)
+    assert emu.emulation.statuses[429] > 0  # flex said "Resource Unavailable" to some calls
+    results = [json.loads(line) for line in (run / "answers" / "results.jsonl").open()]
+    assert len(results) == 8 and all(r["status"] == "ok" for r in results)
+    assert emu.emulation.answered["openai"] == 8  # each answered once: a refusal is not an answer
+
+
+def test_the_report_compares_the_control_arm_with_the_cached_cells(emulator, spec_file, cli, tmp_path):
+    from nspec.runners.report.stats import fisher_exact
+
+    emu = emulator()
+    spec = spec_file(SPEC.format(url=emu.anthropic_base_url, control=0.3, budget=""))
+    assert cli("run", spec, "--wait", "-o", str(tmp_path / "out")).code == 0
+    (run,) = (tmp_path / "out" / "shared").iterdir()
+    arms = [json.loads(line)["cache"]["arm"] for line in (run / "cells.jsonl").open()]
+    page = (run / "report" / "index.html").read_text()
+    section = page[page.index('<section id="caching">') : page.index('<section id="charts">')]
+    assert f"of {arms.count('cached')} (" in section and f"of {arms.count('control')} (" in section
+    assert "within noise" in section
+    # Fisher's exact test, checked against known values
+    assert fisher_exact(8, 10, 1, 10) == pytest.approx(0.005477, abs=1e-6)
+    assert fisher_exact(5, 10, 5, 10) == pytest.approx(1.0)
+    assert fisher_exact(3, 3, 0, 0) == 1.0

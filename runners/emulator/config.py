@@ -87,6 +87,7 @@ class Faults:
 
     server_error_rate: float = 0.0  # live calls answered 500
     overloaded_rate: float = 0.0  # live calls answered 529 (Anthropic) / 503 (OpenAI)
+    flex_unavailable_rate: float = 0.0  # OpenAI flex calls answered 429 "Resource Unavailable"
     drop_rate: float = 0.0  # live responses cut off mid-body (the connection drops)
     truncate_rate: float = 0.0  # file and results downloads cut off mid-body
     batch_validation_failure_rate: float = 0.0  # OpenAI batches that fail validation

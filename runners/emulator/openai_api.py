@@ -91,6 +91,15 @@ AZURE_DIALECT = Dialect(
     ),
     bad_json=DIALECT.bad_json,
 )
+# Flex "may return 429 Resource Unavailable errors" when it lacks capacity; such a request is not charged
+# (developers.openai.com/api/docs/guides/flex-processing). The docs give the status and the words, not the body: it
+# carries no rate-limit headers and no retry-after, since it says nothing about the caller's limits.
+FLEX_UNAVAILABLE = ApiError(
+    429,
+    "resource_unavailable",
+    "Resource Unavailable: flex capacity is exhausted. Please retry later.",
+    code="resource_unavailable",
+)
 DIALECTS = {"openai": DIALECT, "azure": AZURE_DIALECT, "groq": DIALECT}
 
 
@@ -289,6 +298,8 @@ def router(api: Api, flavour: Flavour) -> Router:
         refused = refusals({**body, "model": runs}, endpoint)
         if refused:
             raise ApiError(400, "invalid_request_error", refused[0].message, refused[0].param, refused[0].code)
+        if body.get("service_tier") == "flex" and emu.roll(config.faults.flex_unavailable_rate):
+            raise FLEX_UNAVAILABLE
 
     routes += [chat, responses]
 

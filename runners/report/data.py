@@ -22,7 +22,7 @@ from nspec.compiler.prices import Lane, Price, Usage, price_for
 from nspec.providers import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
-from nspec.runners.report.stats import mcnemar, rate_row, wilson
+from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
 from nspec.runners.rundir import Run, shard_lines
 
 CELL_POINTS = 5000  # per model: more answers than this are not kept as chart points (the heatmap counts all)
@@ -143,6 +143,7 @@ class ReportData:
     costs: list[dict[str, Any]] = field(default_factory=list)
     tallies: dict[str, Tally] = field(default_factory=dict)
     comparisons: list[Comparison] = field(default_factory=list)
+    cache_arms: list[dict[str, Any]] = field(default_factory=list)  # per model: cached cells against the control arm
 
     @property
     def models(self) -> list[str]:
@@ -226,6 +227,7 @@ class Aggregates:
         self.reasons: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
         self.found: dict[tuple[str, int, float], list[float]] = defaultdict(list)
         self.verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]] = []  # per run: for comparisons
+        self.arms: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (model, cache arm) → passes, n
 
     def add(self, label: str, item: Joined, cost: float | None, estimate: float | None) -> None:
         cell, score = item.cell, item.score
@@ -262,7 +264,8 @@ class Aggregates:
             return
         depth = cell["depth"]["requested"]
         assert depth is not None  # every cell with a needle was placed at a grid depth
-        for counts in (self.heat[(label, length, depth)], self.by_length[(label, length)]):
+        arm = [self.arms[(label, cell["cache"]["arm"])]] if "cache" in cell else []
+        for counts in (self.heat[(label, length, depth)], self.by_length[(label, length)], *arm):
             counts[0] += passed
             counts[1] += 1
         if "needles_found" in score:
@@ -314,6 +317,17 @@ class Aggregates:
             for label, length in [key]
             for why, k in sorted(self.reasons[key].items())
         ]
+        for label in sorted({label for label, _ in self.arms}):
+            cached_passes, cached = self.arms[(label, "cached")]
+            control_passes, control = self.arms[(label, "control")]
+            data.cache_arms.append(
+                {
+                    "model": label,
+                    "cached": rate_row(cached_passes, cached),
+                    "control": rate_row(control_passes, control),
+                    "p_value": fisher_exact(cached_passes, cached, control_passes, control),
+                }
+            )
         for run, run_label in zip(runs, names, strict=True):
             data.dissent += [{**row, "run": run.spec["name"]} for row in dissent(run)]
             data.costs += _costs(run, run_label)

@@ -187,6 +187,30 @@ def _comparison_rows(comparisons: list[Comparison]) -> list[dict[str, Any]]:
     return rows
 
 
+def _cache_arm_rows(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def rate(row: dict[str, Any]) -> str:
+        if not row["n"]:
+            return "no cells"
+        return f"{_percent(row['rate'])} of {row['n']:,} ({_percent(row['ci_low'])}-{_percent(row['ci_high'])})"
+
+    return [
+        {
+            "model": a["model"],
+            "cached": rate(a["cached"]),
+            "control": rate(a["control"]),
+            "p": f"{a['p_value']:.3g}" if a["control"]["n"] and a["cached"]["n"] else "-",
+            "reading": (
+                "no control arm to compare"
+                if not a["control"]["n"]
+                else "a difference beyond noise (p < 0.05)"
+                if a["p_value"] < 0.05
+                else "within noise"
+            ),
+        }
+        for a in arms
+    ]
+
+
 def _notes(runs: list[Run]) -> list[str]:
     """What each compile did in place of what its spec asked (from the manifest)."""
     labels = run_labels(runs) if len(runs) > 1 else [""]
@@ -239,6 +263,7 @@ def render_page(
         threshold=f"{threshold:.1%}",
         notes=_notes(runs),
         comparisons=_comparison_rows(data.comparisons),
+        cache_arms=_cache_arm_rows(data.cache_arms),
         charts=[{"name": n} for n, _, _ in drawn],
         browser_models=[m["label"] for m in models],
         lengths=lengths,

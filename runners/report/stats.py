@@ -1,5 +1,5 @@
 """The numbers a report stands on: Wilson intervals for pass rates, RULER's effective length with its uncertainty,
-and McNemar's exact test for two runs graded on the same cells."""
+McNemar's exact test for two runs graded on the same cells, and Fisher's exact test for two groups of cells."""
 
 from __future__ import annotations
 
@@ -82,3 +82,23 @@ def mcnemar(only_first: int, only_second: int) -> float:
         math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half) for i in range(k + 1)
     )
     return min(1.0, 2 * tail)
+
+
+def fisher_exact(passes_a: int, n_a: int, passes_b: int, n_b: int) -> float:
+    """The two-sided Fisher exact p-value that two groups of cells (say, those sent cached and the control arm) pass
+    at the same rate: the chance, with the margins fixed, of a table no more likely than the one seen."""
+    passes, n = passes_a + passes_b, n_a + n_b
+    if n_a == 0 or n_b == 0 or passes in (0, n):
+        return 1.0
+
+    def log_p(k: int) -> float:  # hypergeometric: k of the passes fall in group a
+        return _log_choose(n_a, k) + _log_choose(n_b, passes - k) - _log_choose(n, passes)
+
+    seen = log_p(passes_a)
+    low, high = max(0, passes - n_b), min(passes, n_a)
+    total = sum(math.exp(log_p(k)) for k in range(low, high + 1) if log_p(k) <= seen + 1e-9)
+    return min(1.0, total)
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
