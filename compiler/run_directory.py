@@ -432,7 +432,7 @@ class ShardWriter:
             )
         if full:
             self._open()
-            current = self.shards[-1]
+        current = self.shards[-1]
         assert self._fh is not None
         self._fh.write(line)
         self._hash.update(line)
