@@ -66,11 +66,7 @@ def live(folder: Path, name: str, rpm: int, latency: float, requests: int, confi
     try:
         assert server.stdout is not None
         url = server.stdout.readline().split()[-1]  # "OpenAI base URL: http://127.0.0.1:PORT/v1"
-        limits = (
-            f", rate_limits: {{requests_per_minute: {rpm}, concurrency: 64}}"
-            if configured
-            else ", rate_limits: {concurrency: 64}"
-        )
+        limits = f", rate_limits: {{requests_per_minute: {rpm}}}" if configured else ""
         run = compiled(folder, name, url, "live", requests, limits)
         session = Session.open(str(run))
         start = time.perf_counter()

@@ -118,11 +118,7 @@ class BatchRunner:
         self.ledger.update_job(job.id, provider_status=view.status)
         if not view.ended:
             return
-        expected = {
-            row["custom_id"]
-            for row in self.ledger.requests_in(self.stage, job.model, "submitted")
-            if row["job_id"] == job.id
-        }
+        expected = self.ledger.submitted_to(job.id)
         if view.status == "failed":  # refused as a whole (validation): sending it again would fail again
             reason = client.failure(job.batch_id)
             for cid in sorted(expected):
@@ -130,22 +126,22 @@ class BatchRunner:
                 self._final(results, job, refused, progress)
             self.ledger.update_job(job.id, state="failed", error=reason)
             return
-        seen = 0
+        handled = 0
         for outcome in client.download(view, self.run.paths.downloads(self.stage)):
             if outcome.custom_id not in expected:
                 continue  # a line already handled before an interruption, or a batch that is not ours
-            seen += 1
+            expected.discard(outcome.custom_id)  # a second line for one request is not read
             self._handle(results, job, outcome, max_attempts, progress)
-            if seen == 1:
+            if not handled:
                 failpoint("during-download")
-        if expected and seen == 0 and view.done:
+            handled += 1
+        if expected and not handled and view.done:
             # An adopted batch whose custom_ids are not the shard's: release it and send the shard again.
             self.ledger.update_job(job.id, state="planned", batch_id=None, error="released: not our batch")
             return
         for cid in sorted(expected):  # in no file at all: count it as a failed attempt
-            if self.ledger.request_states([cid])[cid]["state"] == "submitted":
-                missing = Outcome(cid, "error", error={"code": "missing", "message": None})
-                self._handle(results, job, missing, max_attempts, progress)
+            missing = Outcome(cid, "error", error={"code": "missing", "message": None})
+            self._handle(results, job, missing, max_attempts, progress)
         self.ledger.update_job(job.id, state="collected", collected_at=time.time())
 
     def _reconcile(self, results: ResultsFile) -> None:

@@ -1,12 +1,17 @@
 """The ledger (`ledger.sqlite` in the run directory): every job (one shard sent as one provider batch), every
-remote call's intent and result, every request's state. Each write is its own committed transaction, made before
-and after the remote call it describes, so a process killed at any point resumes without paying twice:
+remote call's intent and result, every request's state. Each write about a job is its own committed transaction,
+made before and after the remote call it describes, so a process killed at any point resumes without paying twice:
 
     job state     planned → uploaded → creating → created → collected      (or → failed, for a refused batch)
     request state pending → submitted → done | retry → submitted ... | failed (attempts used up)
 
 A job in `creating` is one whose create call may or may not have reached the provider: resuming looks for the batch
 before creating another (see `runners.batch`).
+
+A request's final state is committed in groups (`GROUP_ROWS` of them, or whatever `GROUP_SECONDS` gathered): its
+result is already in the stage's results file, written first, and a start after a crash records again from that file
+the results the ledger lacks (`runners.rundir.reconcile`). Every other write, and every read of requests, commits the
+group first, so the ledger is never behind when the provider is told anything.
 """
 
 from __future__ import annotations
@@ -73,8 +78,12 @@ MIGRATIONS = (
     ALTER TABLE requests ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE requests ADD COLUMN cost_usd REAL;
     """,
+    # 4: collecting a batch asks for its job's submitted requests; without this index each job scans its model's.
+    "CREATE INDEX requests_by_job ON requests (job_id, state);",
 )
 VERSION = len(MIGRATIONS)
+GROUP_ROWS = 512  # final states committed together: one fsync for many results
+GROUP_SECONDS = 1.0
 
 
 def migrate(db: sqlite3.Connection, path: Path) -> None:
@@ -151,9 +160,26 @@ class Ledger:
         except BaseException:
             self.db.close()
             raise
+        self._finished: dict[str, tuple[Any, ...]] = {}  # final states not yet committed, by custom_id
+        self._since = 0.0  # when the oldest of them came
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            self.flush()
+        finally:
+            self.db.close()
+
+    def flush(self) -> None:
+        """Commit the final states gathered so far."""
+        if not self._finished:
+            return
+        with self._transaction() as db:
+            db.executemany(
+                "UPDATE requests SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?,"
+                " cache_write_tokens = ?, cost_usd = ?, source = ? WHERE custom_id = ?",
+                self._finished.values(),
+            )
+        self._finished.clear()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -167,6 +193,7 @@ class Ledger:
             raise _storage_fault(exc, self.path) from None
 
     def _write(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Cursor:
+        self.flush()
         with self._transaction() as db:
             return db.execute(sql, tuple(args))
 
@@ -184,6 +211,7 @@ class Ledger:
         state: str = "planned",
     ) -> None:
         """A job (`planned` for a batch, `live` for live calls) and its requests, if not recorded already."""
+        self.flush()
         with self._transaction() as db:
             cur = db.execute(
                 "INSERT OR IGNORE INTO jobs (stage, model, provider, shard, shard_sha256, requests, attempt, state)"
@@ -214,6 +242,7 @@ class Ledger:
 
     def job_created(self, job_id: int, batch_id: str) -> None:
         """The create call returned: the job and its requests are now in the provider's hands."""
+        self.flush()
         with self._transaction() as db:
             db.execute(
                 "UPDATE jobs SET state = 'created', batch_id = ?, created_at = ? WHERE id = ?",
@@ -232,6 +261,9 @@ class Ledger:
     # -- requests ------------------------------------------------------------------------------------------------
 
     def request_states(self, custom_ids: Iterable[str]) -> dict[str, sqlite3.Row]:
+        custom_ids = list(custom_ids)
+        if any(cid in self._finished for cid in custom_ids):
+            self.flush()
         out = {}
         for cid in custom_ids:
             row = self.db.execute("SELECT * FROM requests WHERE custom_id = ?", (cid,)).fetchone()
@@ -242,31 +274,40 @@ class Ledger:
     def finish(
         self, custom_id: str, state: str, error: str | None, usage: Usage, cost_usd: float | None, source: str
     ) -> None:
-        """A request's final state, its tokens (``usage``) and cost (None: its price is unknown)."""
-        self._write(
-            "UPDATE requests SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?,"
-            " cache_write_tokens = ?, cost_usd = ?, source = ? WHERE custom_id = ?",
-            (
-                state,
-                error,
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens + usage.cache_write_1h_tokens,
-                cost_usd,
-                source,
-                custom_id,
-            ),
+        """A request's final state, its tokens (``usage``) and cost (None: its price is unknown); committed with its
+        group (see the module's doc)."""
+        if not self._finished:
+            self._since = time.monotonic()
+        self._finished[custom_id] = (
+            state,
+            error,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens + usage.cache_write_1h_tokens,
+            cost_usd,
+            source,
+            custom_id,
         )
+        if len(self._finished) >= GROUP_ROWS or time.monotonic() - self._since >= GROUP_SECONDS:
+            self.flush()
 
     def mark_retry(self, custom_ids: list[str], shard: str) -> None:
+        self.flush()
         with self._transaction() as db:
             db.executemany(
                 "UPDATE requests SET state = 'retry', shard = ? WHERE custom_id = ?",
                 [(shard, cid) for cid in custom_ids],
             )
 
+    def submitted_to(self, job_id: int) -> set[str]:
+        """The requests a job holds that have no final state yet."""
+        self.flush()
+        rows = self.db.execute("SELECT custom_id FROM requests WHERE job_id = ? AND state = 'submitted'", (job_id,))
+        return {row[0] for row in rows}
+
     def requests_in(self, stage: str, model: str, state: str) -> Iterator[sqlite3.Row]:
+        self.flush()
         yield from self.db.execute(
             "SELECT * FROM requests WHERE stage = ? AND model = ? AND state = ? ORDER BY custom_id",
             (stage, model, state),
@@ -274,6 +315,7 @@ class Ledger:
 
     def counts(self, stage: str) -> dict[str, dict[str, Any]]:
         """Per model: requests by state, and tokens so far."""
+        self.flush()
         out: dict[str, dict[str, Any]] = {}
         for row in self.db.execute(
             "SELECT model, state, COUNT(*) AS n, SUM(input_tokens) AS i, SUM(output_tokens) AS o,"

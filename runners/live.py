@@ -10,9 +10,10 @@ is appended as it arrives, so a crash loses only the requests in flight.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +55,18 @@ class Bucket:
 MARGIN = 0.98  # pace a little under a limit, so clock jitter between us and the provider never costs a 429
 
 
-class Limiter:
-    """Pacing of one model's live calls."""
+MAX_SLOTS = 1024  # calls in flight to one model, at most, however fast its limits and slow its answers
 
-    def __init__(self, limits: dict[str, Any]) -> None:
-        self.slots = asyncio.Semaphore(int(limits.get("concurrency", 8)))
+
+class Limiter:
+    """Pacing of one model's live calls. ``adaptive``: the calls in flight follow Little's law — the rate the limits
+    allow times the latency observed — instead of the fixed ``concurrency``, which is then where they start."""
+
+    def __init__(self, limits: dict[str, Any], adaptive: bool = False) -> None:
+        self.capacity = int(limits.get("concurrency", 8))
+        self.slots = asyncio.Semaphore(self.capacity)
+        self.adaptive = adaptive
+        self.latency: float | None = None  # seconds a call takes, smoothed
         self.requests = Bucket(_paced(limits.get("requests_per_minute")))
         self.tokens = Bucket(_paced(limits.get("tokens_per_minute")))
         # The tokens-per-minute limit as given (the spec's, else the provider's headers'), and who gave it.
@@ -85,6 +93,23 @@ class Limiter:
 
     def release(self) -> None:
         self.slots.release()
+
+    def observe(self, seconds: float, tokens: int) -> None:
+        """A call of ``tokens`` took ``seconds``: with adaptive slots, grow them to what keeps the limits busy."""
+        self.latency = seconds if self.latency is None else 0.8 * self.latency + 0.2 * seconds
+        if not self.adaptive:
+            return
+        rates = []  # calls per second the limits allow
+        if self.requests.per_minute:
+            rates.append(self.requests.per_minute / 60)
+        if self.tokens.per_minute and tokens:
+            rates.append(self.tokens.per_minute / 60 / tokens)
+        if not rates:
+            return
+        want = min(MAX_SLOTS, math.ceil(min(rates) * self.latency * 1.5) + 1)
+        while self.capacity < want:  # a semaphore takes more permits by being released
+            self.slots.release()
+            self.capacity += 1
 
     def learn(self, said: RateHeaders) -> None:
         """Adopt the provider's limits when the spec gave none, and pause when a budget is spent."""
@@ -128,7 +153,8 @@ class LiveCaller:
 
     def __init__(self, settings: CallerSettings, backoff_max: float = 30.0) -> None:
         self.api = provider(settings.provider)
-        self.limiter = Limiter({"concurrency": self.api.default_concurrency, **settings.limits})
+        adaptive = "concurrency" not in settings.limits
+        self.limiter = Limiter({"concurrency": self.api.default_concurrency, **settings.limits}, adaptive)
         self.attempts = settings.attempts
         self.backoff, self.backoff_max = settings.backoff, backoff_max
         self.client = self.api.live(settings.creds, settings.limits)
@@ -145,8 +171,10 @@ class LiveCaller:
         while True:
             check_admissible(request, self.limiter.token_limit)
             await self.limiter.acquire(request.tokens)
+            sent = time.monotonic()
             try:
                 outcome, headers = await self.client.send(request.line)
+                self.limiter.observe(time.monotonic() - sent, request.tokens)
             except ProviderError as exc:
                 limited = isinstance(exc, RateLimited)
                 wait = exc.retry_after if isinstance(exc, RateLimited) else None
@@ -201,15 +229,16 @@ class CallerSettings:
 
 async def run_live(
     settings: dict[str, CallerSettings],
-    requests: list[LiveRequest],
+    requests: Iterable[LiveRequest],
     on_result: Callable[[LiveRequest, Outcome], None],
     stop: Callable[[], bool] = lambda: False,
 ) -> int:
     """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
-    number of 429s received. A refusal stops the run: requests still in flight are abandoned unrecorded. Once
-    ``stop()`` is true no request is sent any more (those in flight come back and are recorded)."""
-    wanted = {r.model for r in requests}
-    callers = {label: LiveCaller(s) for label, s in settings.items() if label in wanted}
+    number of 429s received. Requests are taken from ``requests`` as slots free up (a few more than can be in
+    flight wait their turn), so a run of any size holds only those. A refusal stops the run: requests still in
+    flight are abandoned unrecorded. Once ``stop()`` is true no request is sent any more (those in flight come back
+    and are recorded)."""
+    callers: dict[str, LiveCaller] = {}  # made at a model's first request: only models with requests need clients
 
     async def one(request: LiveRequest) -> None:
         if stop():
@@ -217,8 +246,18 @@ async def run_live(
         outcome = await callers[request.model].call(request)
         on_result(request, outcome)
 
-    tasks = [asyncio.ensure_future(one(r)) for r in requests]
+    tasks: set[asyncio.Future[None]] = set()
     try:
+        for request in requests:
+            if request.model not in callers:
+                callers[request.model] = LiveCaller(settings[request.model])
+            while len(tasks) >= 2 * sum(c.limiter.capacity for c in callers.values()):
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a refusal raises here
+            if stop():
+                break
+            tasks.add(asyncio.ensure_future(one(request)))
         await asyncio.gather(*tasks)
     finally:
         for task in tasks:

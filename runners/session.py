@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,20 +137,25 @@ class Session:
             if cid not in results.ids and row["state"] not in ("done", "failed"):
                 by_model.setdefault(row["model"], set()).add(cid)
         models = {m.label: m for m in self.run.models(self.stage)}
-        requests: list[LiveRequest] = []
-        for label, ids in by_model.items():
-            model = models[label]
-            for s in model.shards:
-                for cid, raw in shard_lines(self.run.path / s["file"]):
-                    if cid in ids:
-                        line = json.loads(raw)
-                        tokens = request_tokens(model.provider, line)
-                        requests.append(LiveRequest(cid, label, model.provider, line, tokens))
-        if not requests:
+        sizes = self._request_sizes(by_model)
+        if not sizes:
             return
-        for request in requests:  # before anything is sent: a limit no request fits is the spec's to fix
-            limit = self.callers[request.model].limits.get("tokens_per_minute")
-            check_admissible(request, None if limit is None else (int(limit), "rate_limits.tokens_per_minute"))
+        for label, ids in by_model.items():  # before anything is sent: a limit no request fits is the spec's to fix
+            limit = self.callers[label].limits.get("tokens_per_minute")
+            largest = max(ids, key=sizes.__getitem__)
+            check_admissible(
+                LiveRequest(largest, label, models[label].provider, {}, sizes[largest]),
+                None if limit is None else (int(limit), "rate_limits.tokens_per_minute"),
+            )
+
+        def requests() -> Iterator[LiveRequest]:  # read from the shards as they are sent: never all at once
+            for label, ids in by_model.items():
+                model = models[label]
+                for s in model.shards:
+                    for cid, raw in shard_lines(self.run.path / s["file"]):
+                        if cid in ids:
+                            yield LiveRequest(cid, label, model.provider, json.loads(raw), sizes[cid])
+
         kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
 
@@ -161,7 +167,7 @@ class Session:
             failpoint("live-result")
 
         label = "/".join(sorted(set(kind.values())))
-        self.events(Event("live-start", self.stage, label, total=len(requests)))
+        self.events(Event("live-start", self.stage, label, total=len(sizes)))
 
         def on_result(request: LiveRequest, outcome: Outcome) -> None:
             record(request, outcome)
@@ -174,7 +180,7 @@ class Session:
             return cap is not None and spent + cost[0] >= cap
 
         try:
-            progress.rate_limited += asyncio.run(run_live(self.callers, requests, on_result, over_budget))
+            progress.rate_limited += asyncio.run(run_live(self.callers, requests(), on_result, over_budget))
         finally:
             self.events(Event("live-end", self.stage, label))
         if over_budget():
@@ -182,6 +188,24 @@ class Session:
                 f"live calls stopped at the budget of ${cap:,.2f}: ${spent + cost[0]:,.4f} spent in this stage; "
                 "what came back is recorded, the rest was not sent (raise budget.max_usd or --max-usd to continue)"
             )
+
+    def _request_sizes(self, by_model: dict[str, set[str]]) -> dict[str, int]:
+        """Input plus answer budget of each request, for pacing: the answers' from cells.jsonl, counted at compile
+        (in the model's tokens); the judges' counted from their lines."""
+        wanted = set().union(*by_model.values()) if by_model else set()
+        if self.stage == "answers":
+            return {
+                cell["cell_id"]: cell["context_length"]["prompt"] + cell["max_tokens"]
+                for cell in self.run.cells()
+                if cell["cell_id"] in wanted
+            }
+        sizes = {}
+        for model in self.run.models(self.stage):
+            for s in model.shards if model.label in by_model else []:
+                for cid, raw in shard_lines(self.run.path / s["file"]):
+                    if cid in wanted:
+                        sizes[cid] = request_tokens(model.provider, json.loads(raw))
+        return sizes
 
     def poll_schedule(self) -> tuple[float, float]:
         poll = self.run.spec.get("run", {}).get("poll", {})
