@@ -420,6 +420,38 @@ def collect(
 
 
 @app.command()
+def export(
+    run: Annotated[str, typer.Argument(help="The run directory.")],
+    engine: Annotated[str, typer.Option("--for", help="The engine that will run the requests: vllm.")] = "vllm",
+    shards: Annotated[int, typer.Option("--shards", help="Files per model (one per GPU or replica).")] = 1,
+    served_model_name: Annotated[
+        str | None, typer.Option("--served-model-name", help="The model name the engine serves (each body's model).")
+    ] = None,
+    stage: Annotated[str, typer.Option("--stage", help="answers, or judge once judge requests are compiled.")] = (
+        "answers"
+    ),
+) -> None:
+    """Write the requests as files `vllm run-batch` reads (RUN/export/vllm/STAGE/), requests sharing a prefix in one
+    file; run them on GPUs and bring the output back with `nspec collect RUN --from OUTPUT`."""
+    from nspec.runners import pipeline
+
+    if engine != "vllm":
+        raise UserError(f"--for: unknown engine {engine!r} (known: vllm)")
+    if stage not in ("answers", "judge"):
+        raise UserError(f"--stage: {stage!r} is not a stage (answers or judge)")
+    exported = pipeline.export(run, shards, served_model_name, stage)
+    out = _stdout()
+    for f in exported.files:
+        out.print(
+            f"{f['file']}: {f['requests']:,} requests of {f['model']}\n"
+            f"  vllm run-batch -i {f['file']} -o {f['file'].removesuffix('.jsonl')}.out.jsonl "
+            f"--model MODEL_PATH --served-model-name {f['served_model_name']}",
+            markup=False,
+        )
+    out.print(f"then: nspec collect {run} --from OUTPUT (each .out.jsonl)", markup=False)
+
+
+@app.command()
 def score(
     run: Annotated[str, typer.Argument(help="The run directory.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,

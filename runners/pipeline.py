@@ -24,6 +24,7 @@ from nspec.errors import UserError, writing
 from nspec.provenance import describe
 from nspec.providers import Destination, destination
 from nspec.runners.events import Event, Listener, ignore
+from nspec.runners.export import Exported, export_vllm
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
 from nspec.runners.rundir import Run, exclusive
@@ -168,6 +169,11 @@ def collect_from(
     """Import results computed elsewhere (the output of `vllm run-batch` on the compiled request files)."""
     with _lock(run, wait_lock, events):
         return import_results(Run(run), Path(output_file))
+
+
+def export(run: str | Path, shards: int, served_model_name: str | None, stage: str = "answers") -> Exported:
+    """Write the stage's requests as files `vllm run-batch` reads (see `runners.export`)."""
+    return export_vllm(Run(run), shards, served_model_name, stage)
 
 
 def score(

@@ -113,3 +113,86 @@ def test_malformed_output_lines_are_refused_with_their_line_and_nothing_is_impor
     os.mkfifo(fifo)
     refused = cli("collect", str(run), "--from", str(fifo))  # refused without blocking
     assert refused.code == 2 and "is a FIFO, not a regular file" in refused.err
+
+
+# vLLM's BatchRequestInput (vllm/entrypoints/openai/run_batch.py): custom_id, method, url among the endpoints it
+# serves, and a body its ChatCompletionRequest takes (model and messages required).
+VLLM_REQUEST = {
+    "type": "object",
+    "required": ["custom_id", "method", "url", "body"],
+    "additionalProperties": False,
+    "properties": {
+        "custom_id": {"type": "string"},
+        "method": {"const": "POST"},
+        "url": {"enum": ["/v1/chat/completions", "/v1/embeddings", "/v1/score", "/v1/rerank"]},
+        "body": {
+            "type": "object",
+            "required": ["model", "messages"],
+            "properties": {
+                "model": {"type": "string"},
+                "messages": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "object", "required": ["role", "content"]},
+                },
+                "max_tokens": {"type": "integer"},
+                "max_completion_tokens": {"type": "integer"},
+            },
+            "not": {"anyOf": [{"required": ["prompt_cache_key"]}, {"required": ["service_tier"]}]},
+        },
+    },
+}
+
+
+def test_export_for_vllm_and_back_through_collect(spec_file, tmp_path, cli):
+    import importlib.util
+    import pathlib
+
+    import jsonschema
+
+    text = SPEC.replace("grid: {", "grid: {trials: 3, ").replace(
+        "models: [{id: local/gemma-3-270m}]", "models: [{id: openai/gpt-4.1-mini}]"
+    )
+    assert cli("compile", spec_file(text), "-o", str(tmp_path / "o")).code == 0
+    (run,) = (tmp_path / "o" / "gpu").iterdir()
+    done = cli("export", str(run), "--for", "vllm", "--shards", "2", "--served-model-name", "llama")
+    assert done.code == 0, done.err
+    files = sorted((run / "export" / "vllm" / "answers").glob("*.jsonl"))
+    assert len(files) == 2 and "vllm run-batch -i" in done.out
+    cells = {json.loads(line)["cell_id"]: json.loads(line) for line in (run / "cells.jsonl").open()}
+    exported = []
+    for f in files:
+        lines = [json.loads(line) for line in f.read_text().splitlines()]
+        for line in lines:
+            jsonschema.validate(line, VLLM_REQUEST)
+            assert line["body"]["model"] == "llama"
+        # a trial's cells (they share the haystack up to their needles) are in one file, in compile order
+        trials = [cells[line["custom_id"]]["trial"] for line in lines]
+        assert trials == sorted(trials)
+        exported += lines
+    assert sorted(line["custom_id"] for line in exported) == sorted(cells)
+    by_file = [{cells[json.loads(x)["custom_id"]]["trial"] for x in f.read_text().splitlines()} for f in files]
+    assert not by_file[0] & by_file[1]
+    # The Ray Data LLM driver's output lines import as vLLM's do
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "ray_data_llm.py"
+    spec = importlib.util.spec_from_file_location("ray_data_llm", path)
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    out = tmp_path / "results.jsonl"
+    out.write_text(
+        "".join(json.dumps(driver.output_line(x["custom_id"], "1234567", 420, 3, "llama")) + "\n" for x in exported)
+    )
+    back = cli("collect", str(run), "--from", str(out))
+    assert back.code == 0, back.err
+    results = [json.loads(line) for line in (run / "answers" / "results.jsonl").open()]
+    assert len(results) == len(cells) and all(r["status"] == "ok" and r["text"] == "1234567" for r in results)
+
+
+def test_export_refuses_what_vllm_cannot_run(spec_file, tmp_path, cli):
+    claude = SPEC.replace("models: [{id: local/gemma-3-270m}]", "models: [{id: anthropic/claude-haiku-4-5}]")
+    assert cli("compile", spec_file(claude), "-o", str(tmp_path / "o")).code == 0
+    (run,) = (tmp_path / "o" / "gpu").iterdir()
+    refused = cli("export", str(run), "--for", "vllm")
+    assert refused.code == 2 and "OpenAI-format" in refused.err
+    assert cli("export", str(run), "--for", "sglang").code == 2
+    assert cli("export", str(run), "--shards", "0").code == 2
