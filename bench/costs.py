@@ -77,8 +77,13 @@ def measure(path: Path) -> dict[str, dict[str, float]]:
         usage = Usage.of(result["usage"])
         lane = "batch" if result["source"]["kind"] == "batch" else "flex" if model["mode"] == "flex" else "live"
         row = out.setdefault(result["model"], defaultdict(float))
-        row["actual"] += price.cost(usage, lane) or 0.0
-        row["list"] += price.cost(Usage(usage.input_tokens, usage.output_tokens), "live") or 0.0
+        actual = price.cost(usage, lane) or 0.0
+        listed = price.cost(Usage(usage.input_tokens, usage.output_tokens), "live") or 0.0
+        row["actual"] += actual
+        row["list"] += listed
+        if arms[result["cell_id"]] == "cached":
+            row["cached_actual"] += actual
+            row["cached_list"] += listed
         row["read"] += usage.cache_read_tokens
         row["written"] += usage.cache_write_tokens + usage.cache_write_1h_tokens
         row["input"] += usage.input_tokens
@@ -128,7 +133,8 @@ def main() -> None:
                 print(
                     f"{label}: {model_label}: actual ${row['actual']:.4f} = {row['actual'] / row['list']:.1%} of the "
                     f"live list price ${row['list']:.4f} (plan: ${row['estimate']:.4f} = "
-                    f"{row['estimate'] / row['estimate_live']:.1%} of its live estimate, answers at max_tokens); "
+                    f"{row['estimate'] / row['estimate_live']:.1%} of its live estimate, answers at max_tokens; "
+                    f"the cached arm alone: {row['cached_actual'] / row['cached_list']:.1%}); "
                     f"{row['read'] / row['input']:.1%} of input tokens read from the cache, "
                     f"{row['written'] / row['input']:.1%} written to it; pass rate cached "
                     f"{row['cached_pass']:.1%} of {row['cached_cells']:.0f}, control {row['control_pass']:.1%} of "
