@@ -241,11 +241,14 @@ class CachePlanner:
         cached (read), and one on the highest point that enough cells to come reach to repay writing it; the
         questions asked of one context share it whole: the first marks it, the others read it."""
         if cell.context in state.contexts:
-            blocks, tokens = state.contexts[cell.context]
-            _remember(state, cell, (blocks, tokens))
-            return CacheCut(key, False, blocks, (blocks[-1],), policy.ttl, read_tokens=tokens)
+            shared, tokens = state.contexts[cell.context]
+            _remember(state, cell, (shared, tokens))
+            return CacheCut(key, False, shared, (shared[-1],), policy.ttl, read_tokens=tokens)
         minimum = policy.style.minimum
-        ladder, read_at, write_at = state.ladder, -1, -1
+        blocks: tuple[int, ...] = ()
+        marks: tuple[int, ...] = ()
+        read = written = 0
+        ladder = state.ladder
         if ladder is not None and cell.first_insert is not None:
             top = ladder.below(cell.first_insert)
             lowest = bisect_left(ladder.tokens, minimum)
@@ -260,11 +263,10 @@ class CachePlanner:
             write_at = next((j for j in pays if j > read_at and j >= lowest), -1)
             if write_at >= 0:
                 insort(state.entries, write_at)
-        end = max(read_at, write_at)
-        blocks = ladder.chars[: end + 1] if ladder is not None and end >= 0 else ()
-        marks = tuple(ladder.chars[j] for j in (read_at, write_at) if j >= 0) if ladder is not None else ()
-        read = ladder.tokens[read_at] if ladder is not None and read_at >= 0 else 0
-        written = ladder.tokens[write_at] - read if ladder is not None and write_at > read_at else 0
+            blocks = ladder.chars[: max(read_at, write_at) + 1]
+            marks = tuple(ladder.chars[j] for j in (read_at, write_at) if j >= 0)
+            read = ladder.tokens[read_at] if read_at >= 0 else 0
+            written = ladder.tokens[write_at] - read if write_at > read_at else 0
         if cell.siblings_ahead >= policy.reads_to_pay and cell.context_tokens >= minimum:
             if cell.context_chars not in blocks:
                 blocks = (*blocks, cell.context_chars)
