@@ -183,14 +183,14 @@ class BatchRunner:
             slug = first.name.rsplit("-", 1)[0]
             number = len(self.ledger.jobs(self.stage)) + 1
             shard = str(first.parent / f"{slug}-retry{attempt}-{number:04d}.jsonl")
-            lines = [
-                line for s in model.shards for cid, line in shard_lines(self.run.path / s["file"]) if cid in wanted
-            ]
             target = self.run.path / shard
             tmp = target.with_suffix(".part")
-            tmp.write_bytes(b"".join(lines))
+            with open(tmp, "wb") as out:  # a line at a time: the retries may be most of a 200 MB shard
+                for s in model.shards:
+                    out.writelines(line for cid, line in shard_lines(self.run.path / s["file"]) if cid in wanted)
             tmp.replace(target)
-            sha = hashlib.sha256(target.read_bytes()).hexdigest()
+            with open(target, "rb") as fh:
+                sha = hashlib.file_digest(fh, "sha256").hexdigest()
             self.ledger.mark_retry(sorted(wanted), shard)
             self.ledger.add_job(self.stage, model.label, model.provider, shard, sha, sorted(wanted), attempt)
         self._advance_all(("planned",), progress)

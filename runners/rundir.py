@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -179,11 +180,16 @@ def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
 def register_shards(run: Run, ledger: Ledger, stage: str, models: list[RunModel], state: str = "planned") -> None:
     """Record the compiled shards of ``models`` in the ledger as jobs with their requests (once)."""
     known = {j.shard for j in ledger.jobs(stage)}
-    for model in models:
-        for shard in model.shards:
-            if shard["file"] not in known:
-                ids = [cid for cid, _ in shard_lines(run.path / shard["file"])]
-                ledger.add_job(stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1, state)
+    new = [(model, shard) for model in models for shard in model.shards if shard["file"] not in known]
+    if not new:
+        return
+    by_shard: dict[str, list[str]] = {}
+    if stage == "answers":  # cells.jsonl names each cell's shard: no need to read the (far larger) shards
+        for cell in run.cells():
+            by_shard.setdefault(cell["shard"], []).append(cell["cell_id"])
+    for model, shard in new:
+        ids = by_shard.get(shard["file"]) or [cid for cid, _ in shard_lines(run.path / shard["file"])]
+        ledger.add_job(stage, model.label, model.provider, shard["file"], shard["sha256"], ids, 1, state)
 
 
 class ResultsFile:
@@ -197,14 +203,23 @@ class ResultsFile:
         self.ids: set[str] = set()
         if path.exists():
             self._repair()
-            self.ids = {record["cell_id"] for record in jsonl.read(path)}
+            self.ids = set(_cell_ids(path))
         self._fh: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed in close()
 
     def _repair(self) -> None:
+        """Cut a last line left without its newline; only the file's tail is read."""
         with open(self.path, "rb+") as fh:
-            data = fh.read()
-            end = data.rfind(b"\n") + 1
-            if end != len(data):
+            size = fh.seek(0, os.SEEK_END)
+            end = size
+            while end > 0:
+                start = max(0, end - (1 << 16))
+                fh.seek(start)
+                newline = fh.read(end - start).rfind(b"\n")
+                if newline >= 0:
+                    end = start + newline + 1
+                    break
+                end = start
+            if end != size:
                 fh.truncate(end)
 
     def records(self, wanted: set[str]) -> Iterator[ResultRecord]:
@@ -231,6 +246,21 @@ class ResultsFile:
                 os.fsync(self._fh.fileno())
         finally:
             self._fh.close()
+
+
+_CELL_ID = re.compile(rb'^\{"cell_id":"([^"\\]*)"')
+
+
+def _cell_ids(path: Path) -> Iterator[str]:
+    """The cell ids of a results file. Its lines are written by `jsonl.encode` with the cell id first, so it is read
+    from the line's start; a line that does not start so is parsed whole."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            match = _CELL_ID.match(line)
+            if match is not None:
+                yield match.group(1).decode()
+            elif line.strip():
+                yield json.loads(line)["cell_id"]
 
 
 def record_outcome(

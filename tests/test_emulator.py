@@ -359,6 +359,61 @@ def test_emulator_survives_a_restart_with_state(make_emulator, tmp_path):
     assert again.status == "completed" and again.request_counts.completed == 3
 
 
+class CountingResponder:
+    """The emulator's responder, counting the answers it gives."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def answer(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner.answer(*args, **kwargs)
+
+
+def test_openai_batches_are_answered_as_their_schedule_reaches_them_and_survive_a_restart(make_emulator, tmp_path):
+    """Each look at a batch answers what its clock has reached since the last (a poll never computes a whole batch),
+    and a restart in the middle answers each request once."""
+    state = str(tmp_path / "state")
+    first = Emulator(EmulatorConfig(timing=STEPPED), state_dir=state).start()
+    counting = first.emulation.responder = CountingResponder(first.emulation.responder)
+    client = oai(first)
+    batch = submit_openai(client, 40)
+    first.clock.advance(10 + 15.5)  # validated, then 15 requests at one second each
+    midway = client.batches.retrieve(batch.id)
+    assert midway.status == "in_progress" and midway.request_counts.completed == 15 and counting.calls == 15
+    first.clock.advance(10)
+    assert client.batches.retrieve(batch.id).request_counts.completed == 25 and counting.calls == 25
+    first.stop()
+    second = make_emulator(state_dir=state)
+    second.clock.advance(1000)
+    client = oai(second)
+    done = client.batches.retrieve(batch.id)
+    lines = read_jsonl(client.files.content(done.output_file_id).text)
+    ids = [line["custom_id"] for line in lines]
+    assert done.status == "completed" and sorted(ids) == sorted(f"req-{i}" for i in range(40))
+    assert ids != sorted(ids, key=lambda c: int(c.split("-")[1]))  # shuffled, as the service promises no order
+    for line in lines:
+        number = 1000000 + int(line["custom_id"].split("-")[1])
+        assert str(number) in line["response"]["body"]["choices"][0]["message"]["content"]
+
+
+def test_anthropic_batches_are_answered_as_their_schedule_reaches_them(make_emulator, tmp_path):
+    state = str(tmp_path / "state")
+    first = Emulator(EmulatorConfig(timing=STEPPED), state_dir=state).start()
+    counting = first.emulation.responder = CountingResponder(first.emulation.responder)
+    batch = ant(first).messages.batches.create(requests=anthropic_requests(30))
+    first.clock.advance(12.5)
+    assert ant(first).messages.batches.retrieve(batch.id).processing_status == "in_progress"
+    assert counting.calls == 12
+    first.stop()
+    second = make_emulator(state_dir=state)
+    second.clock.advance(1000)
+    results = list(ant(second).messages.batches.results(batch.id))
+    assert sorted(r.custom_id for r in results) == sorted(f"req-{i}" for i in range(30))
+    assert all(r.result.type == "succeeded" for r in results)
+    assert not list((tmp_path / "state" / "files").glob("part-*"))  # the batch's working files are gone
+
+
 # -- OpenAI: live -------------------------------------------------------------------------------------------------
 
 

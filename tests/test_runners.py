@@ -508,3 +508,23 @@ def test_an_unknown_model_is_refused_as_the_provider_refuses_it(emulator, tmp_pa
         run = Path(next(ln for ln in result.out.splitlines() if ln.startswith("run directory: "))[15:])
         refused = [r for r in results(run) if r["model"] == "openai/gpt-4.1-mnii"]
         assert refused and all(r["error"]["code"] == "model_not_found" for r in refused)
+
+
+def test_an_anthropic_create_streams_its_shard_as_the_json_body_each_time_it_is_sent(tmp_path):
+    """The create call's body is read from the shard as it is sent (never parsed or held whole), and again for a
+    retry; it is exactly `{"requests": [...]}` of the shard's lines, and its Content-Length is its size."""
+    from nspec.runners.providers.anthropic import ShardBody
+
+    requests = [
+        {"custom_id": f"c{i}", "params": {"model": "m", "max_tokens": 5, "note": "é" * (i * 1000)}} for i in range(60)
+    ]
+    shard = tmp_path / "shard.jsonl"
+    shard.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" + ("\n" if i == 3 else "") for i, r in enumerate(requests)),
+        "utf-8",
+    )
+    body = ShardBody(shard)
+    sent, again = b"".join(body), b"".join(body)
+    assert sent == again and len(sent) == body.length
+    assert json.loads(sent) == {"requests": requests}
+    assert max(len(chunk) for chunk in body) < (1 << 20) + 120_000  # sent in pieces of about 1 MB, not whole

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route, Router
 
 from nspec.runners.emulator import anthropic_batches
@@ -104,13 +103,12 @@ def router(api: Api) -> Router:
 
     @api.route("anthropic", "POST", "/v1/messages/batches")
     async def create_message_batch(request: Request) -> Response:
-        raw = await request.body()
+        body = emu.store.scratch_path()
+        with open(body, "wb") as fh:  # to disk as it comes: a batch body may be 256 MB
+            async for chunk in request.stream():
+                fh.write(chunk)
         try:
-            body = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ApiError(400, "invalid_request_error", "invalid JSON body") from None
-        try:
-            batch = anthropic_batches.create(emu.store, config, emu.rng, body, len(raw), emu.clock.now())
+            batch = anthropic_batches.create(emu.store, config, emu.rng, body, emu.clock.now())
         except anthropic_batches.InvalidRequest as exc:
             raise ApiError(400, "invalid_request_error", str(exc)) from None
         return JSONResponse(batch_view(request, batch))
@@ -142,10 +140,10 @@ def router(api: Api) -> Router:
         batch = anthropic_batch(request.path_params["batch_id"])
         if batch_view(request, batch)["processing_status"] != "ended":
             raise ApiError(400, "invalid_request_error", "Results are available once the batch has ended.")
-        data = emu.store.read_file(batch["final"]["results_file"])
+        results = batch["final"]["results_file"]
         if emu.roll(config.faults.truncate_rate):
-            return Dropped(data, "application/binary")
-        return Response(data, media_type="application/binary")
+            return Dropped(emu.store.read_file(results), "application/binary")
+        return FileResponse(emu.store.path(results), media_type="application/binary")
 
     @api.route("anthropic", "GET", "/v1/messages/batches")
     async def list_message_batches(request: Request) -> Response:

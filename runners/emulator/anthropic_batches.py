@@ -7,8 +7,12 @@ import datetime as dt
 import json
 import random
 import re
+from pathlib import Path
 from typing import Any
 
+import ijson
+
+from nspec.runners.emulator import spool
 from nspec.runners.emulator.caching import breakpoint_problem
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.generation import anthropic_message
@@ -27,40 +31,63 @@ def rfc3339(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def create(
-    store: Store, config: EmulatorConfig, rng: random.Random, body: Any, size: int, now: float
-) -> dict[str, Any]:
-    requests = body.get("requests") if isinstance(body, dict) else None
-    if not isinstance(requests, list) or not requests:
-        raise InvalidRequest("requests: at least one request is required")
-    if len(requests) > config.limits.anthropic_max_requests:
-        raise InvalidRequest(f"requests: at most {config.limits.anthropic_max_requests} requests per batch")
-    if size > config.limits.anthropic_max_bytes:
-        raise InvalidRequest(f"request body: at most {config.limits.anthropic_max_bytes} bytes per batch")
-    seen: set[str] = set()
-    for i, request in enumerate(requests):
-        custom_id = request.get("custom_id") if isinstance(request, dict) else None
-        if not isinstance(custom_id, str) or not CUSTOM_ID.match(custom_id):
-            raise InvalidRequest(f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
-        if custom_id in seen:
-            raise InvalidRequest(f"requests.{i}.custom_id: duplicate custom_id '{custom_id}'")
-        seen.add(custom_id)
-        params = request.get("params")
-        if not isinstance(params, dict):
-            raise InvalidRequest(f"requests.{i}.params: Field required")
-        for name in ("model", "max_tokens", "messages"):
-            if name not in params:
-                raise InvalidRequest(f"requests.{i}.params.{name}: Field required")
+def create(store: Store, config: EmulatorConfig, rng: random.Random, body: Path, now: float) -> dict[str, Any]:
+    """A batch from the create call's body, saved at ``body`` (in the store's folder; taken over): parsed a request at
+    a time into the batch's requests file, so a body of 256 MB is never held whole."""
+    size = body.stat().st_size
+    try:
+        if size > config.limits.anthropic_max_bytes:
+            raise InvalidRequest(f"request body: at most {config.limits.anthropic_max_bytes} bytes per batch")
+        lines = store.scratch_path()
+        try:
+            total = _spool_requests(body, lines, config.limits.anthropic_max_requests)
+        except BaseException:
+            lines.unlink(missing_ok=True)
+            raise
+    finally:
+        body.unlink(missing_ok=True)
     batch = {
         "id": new_id("msgbatch_"),
         "created": now,
-        "total": len(requests),
+        "total": total,
         "cancel_at": None,
-        "requests": requests,
         "final": None,  # counts, ended_at and the results file id, once ended
-        **draw_batch_faults(config.faults, rng, [r["custom_id"] for r in requests]),
+        "work": spool.start(store, lines.name, ("results",), total, owned=True),
+        **draw_batch_faults(config.faults, rng, total),
     }
     return store.add_batch(store.anthropic_batches, batch)
+
+
+def _spool_requests(body: Path, lines: Path, most: int) -> int:
+    """Check each request of the body and write it as a line of ``lines``; how many there are."""
+    seen: set[str] = set()
+    count = 0
+    with open(body, "rb") as source, open(lines, "wb") as out:
+        try:
+            for i, request in enumerate(ijson.items(source, "requests.item", use_float=True)):
+                if i == most:
+                    raise InvalidRequest(f"requests: at most {most} requests per batch")
+                custom_id = request.get("custom_id") if isinstance(request, dict) else None
+                if not isinstance(custom_id, str) or not CUSTOM_ID.match(custom_id):
+                    raise InvalidRequest(
+                        f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
+                    )
+                if custom_id in seen:
+                    raise InvalidRequest(f"requests.{i}.custom_id: duplicate custom_id '{custom_id}'")
+                seen.add(custom_id)
+                params = request.get("params")
+                if not isinstance(params, dict):
+                    raise InvalidRequest(f"requests.{i}.params: Field required")
+                for name in ("model", "max_tokens", "messages"):
+                    if name not in params:
+                        raise InvalidRequest(f"requests.{i}.params.{name}: Field required")
+                out.write(json.dumps(request).encode() + b"\n")
+                count += 1
+        except ijson.JSONError:
+            raise InvalidRequest("invalid JSON body") from None
+    if not count:
+        raise InvalidRequest("requests: at least one request is required")
+    return count
 
 
 def cancel(store: Store, batch: dict[str, Any], now: float) -> None:
@@ -74,7 +101,7 @@ def status(
     store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder, base_url: str
 ) -> dict[str, Any]:
     if batch["final"] is None:
-        _maybe_end(store, batch, config, now, responder)
+        _advance(store, batch, config, now, responder)
     view = {
         "id": batch["id"],
         "type": "message_batch",
@@ -100,65 +127,50 @@ def status(
     return view
 
 
-def _maybe_end(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
+def _advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
+    """Answer what the batch's schedule has reached by ``now``; end it when its time comes."""
     t = schedule(batch, config.timing, validates=False)
     candidates = [(t.finalized, "done"), (t.expire, "expired")]
     if batch["cancel_at"] is not None:
         candidates.append((batch["cancel_at"] + config.timing.cancel_seconds, "canceled"))
     end, outcome = min(candidates)
-    if now < end:
-        return
     stop = t.expire if outcome == "expired" else batch["cancel_at"] or end
-    done = batch["total"] if outcome == "done" else t.done_by(batch["total"], stop)
-    counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
-    lines = []
-    for index, request in enumerate(batch["requests"]):
+    done = t.done_by(batch["total"], min(now, stop))
+    failing = set(batch["failing"])
+
+    def answer(index: int, request: dict[str, Any]) -> spool.Answered:
         custom_id = request["custom_id"]
-        if index >= done:
-            kind = "expired" if outcome == "expired" else "canceled"
-            result: dict[str, Any] = {"type": kind}
-        elif batch["outcomes"][custom_id] == "error":
-            kind, result = (
-                "errored",
-                {
-                    "type": "errored",
-                    "error": {
-                        "type": "error",
-                        "error": {"type": "api_error", "message": "Internal server error"},
-                        "request_id": None,
-                    },
-                },
-            )
+        result: dict[str, Any]
+        if index in failing:
+            api_error = {"type": "api_error", "message": "Internal server error"}
+            result = {"type": "errored", "error": {"type": "error", "error": api_error, "request_id": None}}
         elif not served("anthropic", request["params"]["model"], config.models):
             error = {"type": "error", "error": anthropic_refusal(request["params"]["model"]), "request_id": None}
-            kind, result = "errored", {"type": "errored", "error": error}
+            result = {"type": "errored", "error": error}
+        elif problem := _param_problem(request["params"]):
+            invalid = {"type": "invalid_request_error", "message": problem}
+            result = {"type": "errored", "error": {"type": "error", "error": invalid, "request_id": None}}
         else:
-            problem = _param_problem(request["params"])
-            if problem:
-                kind, result = (
-                    "errored",
-                    {
-                        "type": "errored",
-                        "error": {
-                            "type": "error",
-                            "error": {"type": "invalid_request_error", "message": problem},
-                            "request_id": None,
-                        },
-                    },
-                )
-            else:
-                message = anthropic_message(request["params"], responder, "batch:" + custom_id)
-                usage = message["usage"]
-                usage.update(store.caches.anthropic(request["params"], usage["input_tokens"], now))
-                kind, result = "succeeded", {"type": "succeeded", "message": message}
-        counts[kind] += 1
-        lines.append({"custom_id": custom_id, "result": result})
-    random.Random(f"{config.seed}:{batch['id']}").shuffle(lines)
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
-    results = store.put_file(f"{batch['id']}_results.jsonl", "batch_results", data, int(end), prefix="results-")
-    batch["final"] = {"counts": counts, "ended": end, "results_file": results.id}
-    batch["requests"] = []
-    store.save()
+            message = anthropic_message(request["params"], responder, "batch:" + custom_id)
+            usage = message["usage"]
+            usage.update(store.caches.anthropic(request["params"], usage["input_tokens"], now))
+            result = {"type": "succeeded", "message": message}
+        return "results", {"custom_id": custom_id, "result": result}, {str(result["type"]): 1}
+
+    kind = "expired" if outcome == "expired" else "canceled"
+
+    def unreached(index: int, request: dict[str, Any]) -> spool.Answered:
+        return "results", {"custom_id": request["custom_id"], "result": {"type": kind}}, {kind: 1}
+
+    with store.lock:
+        spool.advance(store, batch["work"], done, answer)
+        if now >= end:
+            names = {"results": (f"{batch['id']}_results.jsonl", "batch_results", "results-")}
+            kept = spool.finish(store, batch["work"], unreached, f"{config.seed}:{batch['id']}", names, int(end))
+            counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+            counts.update({k: v for k, v in batch["work"]["tally"].items() if k in counts})
+            batch["final"] = {"counts": counts, "ended": end, "results_file": kept["results"].id}
+        store.save()
 
 
 def _param_problem(params: dict[str, Any]) -> str | None:

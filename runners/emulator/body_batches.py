@@ -78,7 +78,7 @@ def create(
         "cancel_at": None,
         "final": None,
         "requests": [] if errors else requests,
-        **draw_batch_faults(config.faults, rng, [r["custom_id"] for r in requests]),
+        **draw_batch_faults(config.faults, rng, len(requests)),
     }
     return store.add_batch(getattr(store, kind.table), job)
 
@@ -124,11 +124,12 @@ def _maybe_end(
     stop = t.expire if status == "expired" else job["cancel_at"] or end
     done = job["total"] if status == "done" else t.done_by(job["total"], stop)
     ok_lines, error_lines = [], []
-    for request in job["requests"][:done]:
+    failing = set(job["failing"])
+    for index, request in enumerate(job["requests"][:done]):
         custom_id, body = request["custom_id"], request["body"]
         line: dict[str, Any] = {"id": new_id("batch-"), "custom_id": custom_id}
         problem = kind.problem(body, config)
-        if problem is None and job["outcomes"][custom_id] == "error":
+        if problem is None and index in failing:
             problem = (500, "Internal server error")
         if problem is not None:
             code, message = problem

@@ -148,12 +148,13 @@ def load_config(path: str | None, realistic: bool = False) -> EmulatorConfig:
     return config
 
 
-def draw_batch_faults(faults: Faults, rng: Any, custom_ids: list[str]) -> dict[str, Any]:
-    """The faults one batch gets, drawn at creation: its speed, whether it expires part-way, each request's fate."""
+def draw_batch_faults(faults: Faults, rng: Any, count: int) -> dict[str, Any]:
+    """The faults one batch of ``count`` requests gets, drawn at creation: its speed, whether it expires part-way,
+    and which requests (by index) fail with a server error."""
     return {
         "slow": faults.slow_factor if rng.random() < faults.slow_batch_rate else 1.0,
         "expire_fraction": faults.expire_fraction if rng.random() < faults.batch_expire_rate else None,
-        "outcomes": {cid: "error" if rng.random() < faults.request_error_rate else "ok" for cid in custom_ids},
+        "failing": [i for i in range(count) if rng.random() < faults.request_error_rate],
     }
 
 

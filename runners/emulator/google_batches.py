@@ -96,7 +96,7 @@ def create(
         "cancel_at": None,
         "requests": requests,
         "final": None,
-        **draw_batch_faults(config.faults, rng, [r["key"] for r in requests]),
+        **draw_batch_faults(config.faults, rng, len(requests)),
     }
     return store.add_batch(store.google_batches, job)
 
@@ -145,10 +145,11 @@ def _maybe_end(store: Store, job: dict[str, Any], config: EmulatorConfig, now: f
     stop = t.expire if state == "BATCH_STATE_EXPIRED" else job["cancel_at"] or end
     done = job["total"] if state == "BATCH_STATE_SUCCEEDED" else t.done_by(job["total"], stop)
     lines, ok, failed = [], 0, 0
-    for item in job["requests"][:done]:  # only what finished has a line
+    failing = set(job["failing"])
+    for index, item in enumerate(job["requests"][:done]):  # only what finished has a line
         key, request = item["key"], item["request"]
         problem = request_problem(request)
-        if problem is None and job["outcomes"][key] == "error":
+        if problem is None and index in failing:
             error = {"code": 500, "message": "Internal error encountered.", "status": "INTERNAL"}
         elif problem is not None:
             error = {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}

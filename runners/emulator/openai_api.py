@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import shutil
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route, Router
 
 from nspec.runners.emulator import openai_batches
@@ -119,8 +120,10 @@ def router(api: Api, flavour: Flavour) -> Router:
             raise ApiError(
                 400, "invalid_request_error", f"Invalid purpose {purpose!r}; this emulator accepts 'batch'.", "purpose"
             )
-        data = await part.read()
-        stored = emu.store.put_file(part.filename or "upload.jsonl", "batch", data, int(emu.clock.now()))
+        scratch = emu.store.scratch_path()
+        with open(scratch, "wb") as fh:  # starlette spooled the upload to disk; copied on, never read whole
+            shutil.copyfileobj(part.file, fh, 1 << 20)
+        stored = emu.store.adopt(scratch, part.filename or "upload.jsonl", "batch", int(emu.clock.now()))
         return JSONResponse(stored.as_openai())
 
     routes.append(upload)
@@ -138,10 +141,9 @@ def router(api: Api, flavour: Flavour) -> Router:
     @api.route(name, "GET", f"{prefix}/files/{{file_id}}/content")
     async def file_content(request: Request) -> Response:
         stored = openai_file(request.path_params["file_id"])
-        data = emu.store.read_file(stored.id)
         if emu.roll(config.faults.truncate_rate):
-            return Dropped(data, "application/octet-stream")
-        return Response(data, media_type="application/octet-stream")
+            return Dropped(emu.store.read_file(stored.id), "application/octet-stream")
+        return FileResponse(emu.store.path(stored.id), media_type="application/octet-stream")
 
     @api.route(name, "DELETE", f"{prefix}/files/{{file_id}}")
     async def delete_file(request: Request) -> Response:

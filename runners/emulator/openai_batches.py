@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from pathlib import Path
 from typing import Any
 
+from nspec.runners.emulator import spool
 from nspec.runners.emulator.caching import openai_cached
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
 from nspec.runners.emulator.flavours import FLAVOURS, Flavour
@@ -35,10 +37,10 @@ def missing_model(flavour: Flavour, model: str) -> dict[str, Any]:
 
 
 def validate_input(
-    data: bytes, url: str, flavour: Flavour, config: EmulatorConfig
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The requests of an input file for the batch endpoint ``url`` (as ``flavour`` names it), and the validation
-    errors (each naming its 1-based line)."""
+    path: Path, url: str, flavour: Flavour, config: EmulatorConfig
+) -> tuple[int, str | None, list[dict[str, Any]]]:
+    """How many requests the input file at ``path`` holds for the batch endpoint ``url`` (as ``flavour`` names it),
+    their model, and the validation errors (each naming its 1-based line). Read a line at a time."""
     errors: list[dict[str, Any]] = []
     limits = config.limits
     endpoint = flavour.endpoints[url]
@@ -47,56 +49,69 @@ def validate_input(
     def error(code: str, message: str, line: int | None = None, param: str | None = None) -> None:
         errors.append({"code": code, "message": message, "param": param, "line": line})
 
-    if len(data) > limits.openai_max_bytes:
-        error("file_too_large", f"The input file is {len(data)} bytes; the limit is {limits.openai_max_bytes}.")
-        return [], errors
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if len([ln for ln in lines if ln.strip()]) > max_lines:
-        error("too_many_requests", f"The input file has more than {max_lines} requests.")
-        return [], errors
-    requests: list[dict[str, Any]] = []
+    size = path.stat().st_size
+    if size > limits.openai_max_bytes:
+        error("file_too_large", f"The input file is {size} bytes; the limit is {limits.openai_max_bytes}.")
+        return 0, None, errors
+    count = 0
     seen: set[str] = set()
     models: set[str] = set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            error("invalid_json_line", "This line is not parseable as valid JSON.", number)
-            continue
-        if not isinstance(obj, dict):
-            error("invalid_json_line", "This line is not a JSON object.", number)
-            continue
-        custom_id = obj.get("custom_id")
-        if not isinstance(custom_id, str) or not custom_id:
-            error("missing_required_parameter", "Missing required parameter: 'custom_id'.", number, "custom_id")
-            continue
-        if custom_id in seen:
-            error("duplicate_custom_id", f"The custom_id '{custom_id}' is used more than once.", number, "custom_id")
-            continue
-        seen.add(custom_id)
-        if obj.get("method") != "POST":
-            error("invalid_method", "The method must be POST.", number, "method")
-            continue
-        if obj.get("url") != url:
-            error("invalid_url", f"The url must match the batch endpoint {url}.", number, "url")
-            continue
-        body = obj.get("body")
-        needed = "input" if endpoint == RESPONSES else "messages"
-        if (
-            not isinstance(body, dict)
-            or not isinstance(body.get("model"), str)
-            or not isinstance(body.get(needed), list | str if endpoint == RESPONSES else list)
-        ):
-            error("invalid_request", f"The body must have a model and {needed}.", number, "body")
-            continue
-        models.add(body["model"])
-        if len(models) > 1:
-            error("mismatched_model", "All requests in a batch must use the same model.", number, "body.model")
-            continue
-        requests.append(obj)
-    return requests, errors
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            if count == max_lines:
+                return (
+                    0,
+                    None,
+                    [
+                        {
+                            "code": "too_many_requests",
+                            "message": f"The input file has more than {max_lines} requests.",
+                            "param": None,
+                            "line": None,
+                        }
+                    ],
+                )
+            count += 1
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                error("invalid_json_line", "This line is not parseable as valid JSON.", number)
+                continue
+            if not isinstance(obj, dict):
+                error("invalid_json_line", "This line is not a JSON object.", number)
+                continue
+            custom_id = obj.get("custom_id")
+            if not isinstance(custom_id, str) or not custom_id:
+                error("missing_required_parameter", "Missing required parameter: 'custom_id'.", number, "custom_id")
+                continue
+            if custom_id in seen:
+                error(
+                    "duplicate_custom_id", f"The custom_id '{custom_id}' is used more than once.", number, "custom_id"
+                )
+                continue
+            seen.add(custom_id)
+            if obj.get("method") != "POST":
+                error("invalid_method", "The method must be POST.", number, "method")
+                continue
+            if obj.get("url") != url:
+                error("invalid_url", f"The url must match the batch endpoint {url}.", number, "url")
+                continue
+            body = obj.get("body")
+            needed = "input" if endpoint == RESPONSES else "messages"
+            if (
+                not isinstance(body, dict)
+                or not isinstance(body.get("model"), str)
+                or not isinstance(body.get(needed), list | str if endpoint == RESPONSES else list)
+            ):
+                error("invalid_request", f"The body must have a model and {needed}.", number, "body")
+                continue
+            models.add(body["model"])
+            if len(models) > 1:
+                error("mismatched_model", "All requests in a batch must use the same model.", number, "body.model")
+    return count, min(models) if len(models) == 1 else None, errors
 
 
 def create(
@@ -110,12 +125,12 @@ def create(
     metadata: dict[str, str] | None,
     now: float,
 ) -> dict[str, Any]:
-    data = store.read_file(input_file_id)
-    requests, errors = validate_input(data, endpoint, flavour, config)
+    total, model, errors = validate_input(store.path(input_file_id), endpoint, flavour, config)
     if not errors and rng.random() < config.faults.batch_validation_failure_rate:
         errors = [
             {"code": "invalid_request", "message": "Validation failed (injected fault).", "param": None, "line": 1}
         ]
+    total = 0 if errors else total
     batch = {
         "id": new_id("batch_"),
         "flavour": flavour.name,
@@ -124,13 +139,13 @@ def create(
         "completion_window": completion_window,
         "metadata": metadata,
         "created": now,
-        "total": len(requests),
-        "model": requests[0]["body"]["model"] if requests else None,
+        "total": total,
+        "model": model,
         "errors": errors or None,
         "cancel_at": None,
         "final": None,  # set once terminal: status, times, counts, file ids
-        "requests": [] if errors else requests,
-        **draw_batch_faults(config.faults, rng, [r["custom_id"] for r in requests]),
+        "work": spool.start(store, input_file_id, ("output", "error"), total),
+        **draw_batch_faults(config.faults, rng, total),
     }
     return store.add_batch(store.openai_batches, batch)
 
@@ -178,8 +193,11 @@ def status(
     t = schedule(batch, config.timing)
     if now < t.start:
         return base
-    done = t.done_by(batch["total"], now)
-    failed = sum(1 for r in batch["requests"][:done] if batch["outcomes"][r["custom_id"]] == "error")
+    reach = min(now, t.expire, batch["cancel_at"] if batch["cancel_at"] is not None else now)
+    done = t.done_by(batch["total"], reach)  # work stops where the batch expires or is cancelled
+    if responder is not None:
+        _answer(store, batch, config, responder, done, int(now))
+    failed = batch["work"]["tally"].get("failed", 0)
     view = {
         **base,
         "in_progress_at": int(t.start),
@@ -228,8 +246,61 @@ def _maybe_finish(
         times.update(cancelling_at=int(batch["cancel_at"]), cancelled_at=int(end))
     batch["final"]["status"] = outcome
     batch["final"].update(times)
-    batch["requests"] = []  # the results are in the files now
     store.save()
+
+
+def _answer(
+    store: Store, batch: dict[str, Any], config: EmulatorConfig, responder: Responder, upto: int, now: int
+) -> None:
+    """Answer the batch's requests before index ``upto`` (those its schedule has reached)."""
+    flavour = FLAVOURS[batch.get("flavour", "openai")]
+    endpoint = flavour.endpoints[batch["endpoint"]]
+    failing = set(batch["failing"])
+
+    def answer(index: int, request: dict[str, Any]) -> spool.Answered:
+        custom_id = request["custom_id"]
+        line: dict[str, Any] = {"id": new_id("batch_req_"), "custom_id": custom_id}
+        if index in failing:
+            body = {
+                "error": {
+                    "message": "The server had an error processing your request.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
+            return "error", {**line, "response": _response(500, body), "error": None}, {"failed": 1}
+        if (runs := flavour.model_of(request["body"]["model"], config)) is None:
+            body = missing_model(flavour, request["body"]["model"])
+            return "error", {**line, "response": _response(404, body), "error": None}, {"failed": 1}
+        if refused := refusals({**request["body"], "model": runs}, endpoint):
+            # A parameter the model does not take fails its line (status 400), as the live call would.
+            body = {
+                "error": {
+                    "message": refused[0].message,
+                    "type": "invalid_request_error",
+                    "param": refused[0].param,
+                    "code": refused[0].code,
+                }
+            }
+            return "error", {**line, "response": _response(400, body), "error": None}, {"failed": 1}
+        if endpoint == RESPONSES:
+            answer = openai_response(request["body"], responder, "batch:" + custom_id, now)
+            input_tokens, output_tokens = answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]
+        else:
+            answer = openai_completion(request["body"], responder, "batch:" + custom_id, now)
+            input_tokens, output_tokens = answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]
+        openai_cached(store.caches, request["body"], answer, now)
+        counts = {"completed": 1, "input_tokens": input_tokens, "output_tokens": output_tokens}
+        return "output", {**line, "response": _response(200, answer), "error": None}, counts
+
+    with store.lock:
+        spool.advance(store, batch["work"], upto, answer)
+        store.save()
+
+
+def _response(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    return {"status_code": status, "request_id": secrets.token_hex(16), "body": body}
 
 
 def _write_results(
@@ -241,83 +312,30 @@ def _write_results(
     outcome: str,
     end: int,
 ) -> None:
-    flavour = FLAVOURS[batch.get("flavour", "openai")]
-    endpoint = flavour.endpoints[batch["endpoint"]]
-    ok_lines, error_lines = [], []
-    completed = failed = 0
-    usage = {"input_tokens": 0, "output_tokens": 0}
-    for index, request in enumerate(batch["requests"]):
-        custom_id = request["custom_id"]
-        line: dict[str, Any] = {"id": new_id("batch_req_"), "custom_id": custom_id}
-        if index >= done:
-            code = "batch_expired" if outcome == "expired" else "batch_cancelled"
-            message = (
-                "This request could not be executed before the completion window expired."
-                if outcome == "expired"
-                else "This request was not executed because the batch was cancelled."
-            )
-            error_lines.append({**line, "response": None, "error": {"code": code, "message": message}})
-            failed += 1
-        elif batch["outcomes"][custom_id] == "error":
-            body = {
-                "error": {
-                    "message": "The server had an error processing your request.",
-                    "type": "server_error",
-                    "param": None,
-                    "code": None,
-                }
-            }
-            error_lines.append(
-                {
-                    **line,
-                    "response": {"status_code": 500, "request_id": secrets.token_hex(16), "body": body},
-                    "error": None,
-                }
-            )
-            failed += 1
-        elif (runs := flavour.model_of(request["body"]["model"], config)) is None:
-            response = {
-                "status_code": 404,
-                "request_id": secrets.token_hex(16),
-                "body": missing_model(flavour, request["body"]["model"]),
-            }
-            error_lines.append({**line, "response": response, "error": None})
-            failed += 1
-        elif refused := refusals({**request["body"], "model": runs}, endpoint):
-            # A parameter the model does not take fails its line (status 400), as the live call would.
-            body = {
-                "error": {
-                    "message": refused[0].message,
-                    "type": "invalid_request_error",
-                    "param": refused[0].param,
-                    "code": refused[0].code,
-                }
-            }
-            response = {"status_code": 400, "request_id": secrets.token_hex(16), "body": body}
-            error_lines.append({**line, "response": response, "error": None})
-            failed += 1
-        else:
-            if endpoint == RESPONSES:
-                answer = openai_response(request["body"], responder, "batch:" + custom_id, end)
-                openai_cached(store.caches, request["body"], answer, end)
-                tokens = answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]
-            else:
-                answer = openai_completion(request["body"], responder, "batch:" + custom_id, end)
-                openai_cached(store.caches, request["body"], answer, end)
-                tokens = answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]
-            usage["input_tokens"] += tokens[0]
-            usage["output_tokens"] += tokens[1]
-            ok_lines.append(
-                {
-                    **line,
-                    "response": {"status_code": 200, "request_id": secrets.token_hex(16), "body": answer},
-                    "error": None,
-                }
-            )
-            completed += 1
-    shuffle = random.Random(f"{config.seed}:{batch['id']}")
+    """Answer what the batch reached by its end (``done`` requests); the rest expired or were cancelled."""
+    _answer(store, batch, config, responder, done, end)
+    code = "batch_expired" if outcome == "expired" else "batch_cancelled"
+    message = (
+        "This request could not be executed before the completion window expired."
+        if outcome == "expired"
+        else "This request was not executed because the batch was cancelled."
+    )
+
+    def unreached(index: int, request: dict[str, Any]) -> spool.Answered:
+        line = {"id": new_id("batch_req_"), "custom_id": request["custom_id"], "response": None}
+        return "error", {**line, "error": {"code": code, "message": message}}, {"failed": 1}
+
+    work = batch["work"]
+    names = {kind: (f"{batch['id']}_{kind}.jsonl", "batch_output", "file-") for kind in ("output", "error")}
+    kept = spool.finish(store, work, unreached, f"{config.seed}:{batch['id']}", names, end)
+    tally = work["tally"]
+    usage = {"input_tokens": tally.get("input_tokens", 0), "output_tokens": tally.get("output_tokens", 0)}
     final: dict[str, Any] = {
-        "request_counts": {"total": batch["total"], "completed": completed, "failed": failed},
+        "request_counts": {
+            "total": batch["total"],
+            "completed": tally.get("completed", 0),
+            "failed": tally.get("failed", 0),
+        },
         "usage": {
             **usage,
             "total_tokens": usage["input_tokens"] + usage["output_tokens"],
@@ -325,10 +343,6 @@ def _write_results(
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }
-    for name, lines in (("output_file_id", ok_lines), ("error_file_id", error_lines)):
-        if lines:
-            shuffle.shuffle(lines)
-            data = "".join(json.dumps(line) + "\n" for line in lines).encode()
-            purpose = "batch_output"
-            final[name] = store.put_file(f"{batch['id']}_{name[:-8]}.jsonl", purpose, data, end).id
+    for kind, stored in kept.items():
+        final[f"{kind}_file_id"] = stored.id
     batch["final"] = final

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
+import tempfile
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,11 +58,13 @@ class StoredFile:
 
 @dataclass
 class Store:
-    """Files (metadata here, bytes on disk or in memory) and batches (plain dicts, owned by the batch modules)."""
+    """Files (metadata here, bytes on disk: a batch of 100,000 requests is read and written a line at a time) and
+    batches (plain dicts, owned by the batch modules). With a state folder, the index is kept there too and a restart
+    finds every batch and file; without one, the bytes go to a private temporary folder removed with the store."""
 
+    files_dir: Path
     state_dir: Path | None = None
     files: dict[str, StoredFile] = field(default_factory=dict)
-    blobs: dict[str, bytes] = field(default_factory=dict)
     openai_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     anthropic_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     google_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -71,46 +76,58 @@ class Store:
 
     @classmethod
     def open(cls, state_dir: str | None) -> Store:
-        store = cls(Path(state_dir) if state_dir else None)
-        if store.state_dir is not None:
-            (store.state_dir / "files").mkdir(parents=True, exist_ok=True)
-            index = store.state_dir / "state.json"
-            if index.is_file():
-                data = json.loads(index.read_text("utf-8"))
-                store.files = {k: StoredFile(**v) for k, v in data["files"].items()}
-                store.openai_batches = data["openai_batches"]
-                store.anthropic_batches = data["anthropic_batches"]
-                store.google_batches = data.get("google_batches", {})
-                store.mistral_batches = data.get("mistral_batches", {})
-                store.together_batches = data.get("together_batches", {})
+        if state_dir is None:
+            scratch = tempfile.mkdtemp(prefix="nspec-emulator-")
+            store = cls(Path(scratch))
+            weakref.finalize(store, shutil.rmtree, scratch, ignore_errors=True)
+            return store
+        folder = Path(state_dir)
+        store = cls(folder / "files", folder)
+        store.files_dir.mkdir(parents=True, exist_ok=True)
+        index = folder / "state.json"
+        if index.is_file():
+            data = json.loads(index.read_text("utf-8"))
+            store.files = {k: StoredFile(**v) for k, v in data["files"].items()}
+            store.openai_batches = data["openai_batches"]
+            store.anthropic_batches = data["anthropic_batches"]
+            store.google_batches = data.get("google_batches", {})
+            store.mistral_batches = data.get("mistral_batches", {})
+            store.together_batches = data.get("together_batches", {})
         return store
 
     def put_file(
         self, filename: str, purpose: str, data: bytes, created_at: int, prefix: str = "file-", file_id: str = ""
     ) -> StoredFile:
         """Keep a file (under ``file_id`` when the API chose it before the bytes came: Together's upload)."""
+        scratch = self.scratch_path()
+        scratch.write_bytes(data)
+        return self.adopt(scratch, filename, purpose, created_at, prefix, file_id)
+
+    def scratch_path(self) -> Path:
+        """A fresh path in the store's folder, to write a file into before `adopt` keeps it."""
+        return self.files_dir / new_id("part-")
+
+    def adopt(
+        self, path: Path, filename: str, purpose: str, created_at: int, prefix: str = "file-", file_id: str = ""
+    ) -> StoredFile:
+        """Keep the file written at ``path`` (in the store's folder) as a stored file."""
         with self.lock:
-            stored = StoredFile(file_id or new_id(prefix), filename, purpose, created_at, len(data))
+            stored = StoredFile(file_id or new_id(prefix), filename, purpose, created_at, path.stat().st_size)
+            os.replace(path, self.path(stored.id))
             self.files[stored.id] = stored
-            if self.state_dir is not None:
-                (self.state_dir / "files" / stored.id).write_bytes(data)
-            else:
-                self.blobs[stored.id] = data
             self.save()
             return stored
 
+    def path(self, file_id: str) -> Path:
+        return self.files_dir / file_id
+
     def read_file(self, file_id: str) -> bytes:
-        if self.state_dir is not None:
-            return (self.state_dir / "files" / file_id).read_bytes()
-        return self.blobs[file_id]
+        return self.path(file_id).read_bytes()
 
     def delete_file(self, file_id: str) -> None:
         with self.lock:
             del self.files[file_id]
-            if self.state_dir is not None:
-                (self.state_dir / "files" / file_id).unlink(missing_ok=True)
-            else:
-                self.blobs.pop(file_id, None)
+            self.path(file_id).unlink(missing_ok=True)
             self.save()
 
     def add_batch(self, table: dict[str, dict[str, Any]], batch: dict[str, Any]) -> dict[str, Any]:

@@ -218,6 +218,29 @@ def _client(creds: Credentials, retries: int, kind: str) -> Any:
     )
 
 
+class ShardBody:
+    """A shard's request lines as the body of the create call, ``{"requests": [line, line, ...]}``, read from disk
+    each time it is sent (the SDK sends it again on a retry): a 256 MB shard is never held, parsed or re-encoded.
+    The lines keep their newlines (JSON whitespace); ``length`` is counted by the same reading that sends them."""
+
+    def __init__(self, shard: Path) -> None:
+        self.shard = shard
+        self.length = sum(len(chunk) for chunk in self)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b'{"requests":['
+        chunk, sep = bytearray(), b""
+        with open(self.shard, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    chunk += sep + line
+                    sep = b","
+                if len(chunk) >= 1 << 20:
+                    yield bytes(chunk)
+                    chunk.clear()
+        yield bytes(chunk) + b"]}"
+
+
 class AnthropicBatches:
     """Anthropic's message batches."""
 
@@ -238,8 +261,16 @@ class AnthropicBatches:
         return ""  # nothing to upload: the shard's lines go into the create call
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
-        requests = list(jsonl.read(shard))
-        return str(self._call("message batches", self.client.messages.batches.create, requests=requests).id)
+        body = ShardBody(shard)
+        batch = self._call(
+            "message batches",
+            self.client.post,
+            "/v1/messages/batches",
+            cast_to=sdk("anthropic", "anthropic").types.messages.MessageBatch,
+            content=body,
+            options={"headers": {"Content-Type": "application/json", "Content-Length": str(body.length)}},
+        )
+        return str(batch.id)
 
     def find(self, metadata: dict[str, str], after: float) -> list[str]:
         """Anthropic batches carry no metadata: candidates are batches created after the recorded intent (less a

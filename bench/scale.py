@@ -1,0 +1,176 @@
+"""Scale benchmark: runs of 1K, 10K and 100K requests end to end against the emulator, in batch and live mode.
+
+Every stage is the `nspec` command a user types (compile, submit, collect until nothing is pending, score, report),
+each in its own process, so its peak memory (max RSS) is its own; the emulator runs in a process of its own too.
+Printed per size and mode: wall time and peak RSS of every stage and of the emulator, batches made and HTTP calls per
+batch. Then the ledger's rate of recording final states, in groups and one commit each.
+
+Run: .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--modes batch,live]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SPEC = """\
+nspec: 1
+name: scale-{mode}-{size}
+seed: 3
+haystack: {{corpus: austen}}
+needles:
+  - text: "The special magic {{city}} number is: {{n}}."
+    question: "What is the special magic {{city}} number?"
+    answer: "{{n}}"
+    vars: {{city: {{choice: cities}}, n: {{digits: 7}}}}
+grid: {{context_lengths: [1000, 2000, 4000, 8000], depths: {{steps: 10}}, trials: {trials}}}
+prompt: {{user: "{{haystack}}\\n\\n{{question}}", reserve_tokens: 30}}
+models:
+  - {{id: openai/gpt-4.1-mini, mode: {mode}, base_url: "{url}"}}
+scoring:
+  - contains: "{{answer}}"
+run: {{poll: {{min_seconds: 0.5, max_seconds: 2}}}}
+"""
+CELLS_PER_TRIAL = 40
+EMULATOR_CONFIG = {
+    "timing": {"validate_seconds": 0.5, "seconds_per_request": 0.0001, "finalize_seconds": 0.5},
+    "rate_limits": {"requests_per_minute": 600_000, "tokens_per_minute": 10_000_000_000},
+}
+
+
+def serve(config: str) -> None:
+    """The emulator, in this process: prints its URL, serves until stdin closes, then prints HTTP calls served and
+    its own peak RSS as JSON."""
+    from nspec.runners.emulator import Emulator
+    from nspec.runners.emulator.config import load_config
+
+    with Emulator(load_config(config)) as emu:
+        print(emu.openai_base_url, flush=True)
+        sys.stdin.read()
+        calls = sum(emu.emulation.statuses.values())
+    print(json.dumps({"calls": calls, "rss_mb": peak_rss_mb(os.getpid())}), flush=True)
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def stage(args: list[str], env: dict[str, str], folder: Path) -> tuple[int, float, float, str]:
+    """Run one nspec command in its own process: exit code, wall seconds, its own peak RSS in MB, stdout."""
+    out_path, err_path = folder / "stage.out", folder / "stage.err"
+    start = time.perf_counter()
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        process = subprocess.Popen([sys.executable, "-m", "nspec", *args], stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own rusage, not the maximum over all children
+    wall = time.perf_counter() - start
+    process.returncode = code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 3):
+        sys.exit(f"nspec {' '.join(args)} exited {code}:\n{err_path.read_text()[-2000:]}")
+    return code, wall, usage.ru_maxrss / 1024, out_path.read_text()
+
+
+def one_run(folder: Path, size: int, mode: str) -> dict:
+    config = folder / "emulator.json"
+    config.write_text(json.dumps(EMULATOR_CONFIG))
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdin is not None and server.stdout is not None
+    url = server.stdout.readline().strip()
+    env = {**os.environ, "OPENAI_API_KEY": "bench"}
+    stages: dict[str, tuple[float, float]] = {}
+    try:
+        spec = folder / f"scale-{mode}-{size}.yaml"
+        spec.write_text(SPEC.format(mode=mode, size=size, trials=max(1, size // CELLS_PER_TRIAL), url=url))
+        _, wall, rss, out = stage(["compile", str(spec), "--out", str(folder / "out")], env, folder)
+        run = out.strip().splitlines()[-1]
+        stages["compile"] = (wall, rss)
+        _, wall, rss, _ = stage(["submit", run], env, folder)
+        stages["submit"] = (wall, rss)
+        rounds, total, peak = 0, 0.0, 0.0
+        while True:
+            code, wall, rss, _ = stage(["collect", run], env, folder)
+            rounds, total, peak = rounds + 1, total + wall, max(peak, rss)
+            if code == 0:
+                break
+            time.sleep(1)
+        stages["collect"] = (total, peak)
+        for name in ("score", "report"):
+            _, wall, rss, _ = stage([name, run], env, folder)
+            stages[name] = (wall, rss)
+    finally:
+        server.stdin.close()
+        emulator = json.loads(server.stdout.read().strip().splitlines()[-1])
+        server.wait(timeout=30)
+    with sqlite3.connect(Path(run) / "ledger.sqlite") as db:
+        batches = db.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return {
+        "stages": stages,
+        "collect_rounds": rounds,
+        "emulator": emulator,
+        "batches": batches,
+        "run_mb": sum(p.stat().st_size for p in Path(run).rglob("*") if p.is_file()) / 1e6,
+    }
+
+
+def ledger_rate(n: int = 10_000) -> tuple[float, float]:
+    """Final states recorded per second by the ledger: in its commit groups, and committed one by one."""
+    from nspec.compiler.prices import Usage
+    from nspec.runners.ledger import Ledger
+
+    rates = []
+    usage = Usage(input_tokens=1000, output_tokens=10)
+    for grouped in (True, False):
+        with tempfile.TemporaryDirectory() as tmp:
+            ledger = Ledger(Path(tmp) / "ledger.sqlite")
+            ids = [f"r{i}" for i in range(n)]
+            ledger.add_job("answers", "m", "p", "s.jsonl", "0", ids, 1)
+            start = time.perf_counter()
+            for cid in ids:
+                ledger.finish(cid, "done", None, usage, 0.001, "batch")
+                if not grouped:
+                    ledger.flush()
+            ledger.flush()
+            rates.append(n / (time.perf_counter() - start))
+            ledger.close()
+    return rates[0], rates[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--modes", default="batch,live")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
+    names = ("compile", "submit", "collect", "score", "report")
+    print(f"{'run':>14}  " + "  ".join(f"{n:>15}" for n in names) + f"  {'emulator':>9}  batches  calls/batch")
+    for size in (int(s) for s in args.sizes.split(",")):
+        for mode in args.modes.split(","):
+            with tempfile.TemporaryDirectory() as tmp:
+                r = one_run(Path(tmp), size, mode)
+            cells = "  ".join(f"{w:6.1f}s {m:5.0f}MB" for w, m in (r["stages"][n] for n in names))
+            per_batch = f"{r['emulator']['calls'] / r['batches']:.1f}" if r["batches"] else "-"
+            print(
+                f"{mode:>6} {size:>7}  {cells}  {r['emulator']['rss_mb']:7.0f}MB  {r['batches']:>7}  {per_batch:>11}"
+                f"   ({r['run_mb']:.0f} MB run dir, {r['collect_rounds']} collect rounds)",
+                flush=True,
+            )
+    grouped, single = ledger_rate()
+    print(f"ledger: {grouped:,.0f} final states/s in commit groups, {single:,.0f}/s committed one by one")
+
+
+if __name__ == "__main__":
+    main()
