@@ -30,7 +30,7 @@ needles:
     question: "What is the special magic {{city}} number?"
     answer: "{{n}}"
     vars: {{city: {{choice: cities}}, n: {{digits: 7}}}}
-grid: {{context_lengths: [1000, 2000, 4000, 8000], depths: {{steps: 10}}, trials: {trials}}}
+grid: {{context_lengths: [1000, 2000, 4000, 8000], depths: {{steps: 25}}, trials: {trials}}}
 prompt: {{user: "{{haystack}}\\n\\n{{question}}", reserve_tokens: 30}}
 models:
   - {{id: openai/gpt-4.1-mini, mode: {mode}, base_url: "{url}"}}
@@ -38,7 +38,7 @@ scoring:
   - contains: "{{answer}}"
 run: {{poll: {{min_seconds: 0.5, max_seconds: 2}}}}
 """
-CELLS_PER_TRIAL = 40
+CELLS_PER_TRIAL = 100
 EMULATOR_CONFIG = {
     "timing": {"validate_seconds": 0.5, "seconds_per_request": 0.0001, "finalize_seconds": 0.5},
     "rate_limits": {"requests_per_minute": 600_000, "tokens_per_minute": 10_000_000_000},
@@ -65,8 +65,9 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def stage(args: list[str], env: dict[str, str], folder: Path) -> tuple[int, float, float, str]:
-    """Run one nspec command in its own process: exit code, wall seconds, its own peak RSS in MB, stdout."""
+def stage(args: list[str], env: dict[str, str], folder: Path) -> tuple[int, float, float, float, str]:
+    """Run one nspec command in its own process: exit code, wall seconds, CPU seconds, its own peak RSS in MB,
+    stdout."""
     out_path, err_path = folder / "stage.out", folder / "stage.err"
     start = time.perf_counter()
     with open(out_path, "w") as out, open(err_path, "w") as err:
@@ -76,7 +77,7 @@ def stage(args: list[str], env: dict[str, str], folder: Path) -> tuple[int, floa
     process.returncode = code = os.waitstatus_to_exitcode(status)
     if code not in (0, 3):
         sys.exit(f"nspec {' '.join(args)} exited {code}:\n{err_path.read_text()[-2000:]}")
-    return code, wall, usage.ru_maxrss / 1024, out_path.read_text()
+    return code, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out_path.read_text()
 
 
 def one_run(folder: Path, size: int, mode: str) -> dict:
@@ -88,26 +89,26 @@ def one_run(folder: Path, size: int, mode: str) -> dict:
     assert server.stdin is not None and server.stdout is not None
     url = server.stdout.readline().strip()
     env = {**os.environ, "OPENAI_API_KEY": "bench"}
-    stages: dict[str, tuple[float, float]] = {}
+    stages: dict[str, tuple[float, float, float]] = {}
     try:
         spec = folder / f"scale-{mode}-{size}.yaml"
         spec.write_text(SPEC.format(mode=mode, size=size, trials=max(1, size // CELLS_PER_TRIAL), url=url))
-        _, wall, rss, out = stage(["compile", str(spec), "--out", str(folder / "out")], env, folder)
+        _, wall, cpu, rss, out = stage(["compile", str(spec), "--out", str(folder / "out")], env, folder)
         run = out.strip().splitlines()[-1]
-        stages["compile"] = (wall, rss)
-        _, wall, rss, _ = stage(["submit", run], env, folder)
-        stages["submit"] = (wall, rss)
-        rounds, total, peak = 0, 0.0, 0.0
-        while True:
-            code, wall, rss, _ = stage(["collect", run], env, folder)
-            rounds, total, peak = rounds + 1, total + wall, max(peak, rss)
+        stages["compile"] = (wall, cpu, rss)
+        _, wall, cpu, rss, _ = stage(["submit", run], env, folder)
+        stages["submit"] = (wall, cpu, rss)
+        rounds, total, cpu_total, peak = 0, 0.0, 0.0, 0.0
+        while True:  # the wall time includes waiting for the emulator to answer; the CPU time is nspec's own
+            code, wall, cpu, rss, _ = stage(["collect", run], env, folder)
+            rounds, total, cpu_total, peak = rounds + 1, total + wall, cpu_total + cpu, max(peak, rss)
             if code == 0:
                 break
             time.sleep(1)
-        stages["collect"] = (total, peak)
+        stages["collect"] = (total, cpu_total, peak)
         for name in ("score", "report"):
-            _, wall, rss, _ = stage([name, run], env, folder)
-            stages[name] = (wall, rss)
+            _, wall, cpu, rss, _ = stage([name, run], env, folder)
+            stages[name] = (wall, cpu, rss)
     finally:
         server.stdin.close()
         emulator = json.loads(server.stdout.read().strip().splitlines()[-1])
@@ -156,13 +157,14 @@ def main() -> None:
         serve(args.serve)
         return
     names = ("compile", "submit", "collect", "score", "report")
-    print(f"{'run':>14}  " + "  ".join(f"{n:>15}" for n in names) + f"  {'emulator':>9}  batches  calls/batch")
+    print("per stage: wall seconds / CPU seconds / peak RSS")
+    print(f"{'run':>14}  " + "  ".join(f"{n:>21}" for n in names) + f"  {'emulator':>9}  batches  calls/batch")
     for size in (int(s) for s in args.sizes.split(",")):
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as tmp:
                 r = one_run(Path(tmp), size, mode)
-            cells = "  ".join(f"{w:6.1f}s {m:5.0f}MB" for w, m in (r["stages"][n] for n in names))
-            per_batch = f"{r['emulator']['calls'] / r['batches']:.1f}" if r["batches"] else "-"
+            cells = "  ".join(f"{w:6.1f}s {c:5.1f}s {m:4.0f}MB" for w, c, m in (r["stages"][n] for n in names))
+            per_batch = f"{r['emulator']['calls'] / r['batches']:.1f}" if mode == "batch" else "-"
             print(
                 f"{mode:>6} {size:>7}  {cells}  {r['emulator']['rss_mb']:7.0f}MB  {r['batches']:>7}  {per_batch:>11}"
                 f"   ({r['run_mb']:.0f} MB run dir, {r['collect_rounds']} collect rounds)",

@@ -8,12 +8,19 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from nspec.errors import UserError, writing
 
 
 def encode(record: Any) -> bytes:
-    """One line, byte-for-byte stable: compact, UTF-8 as is, newline-terminated."""
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    """One line, byte-for-byte stable: compact, UTF-8 as is, newline-terminated. orjson encodes a request line of a
+    128K-token context several times faster than the standard library (encoding is most of what compiling costs);
+    what it does not take (an integer past 64 bits, a key that is not a string) goes to the standard encoder."""
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
 def read(path: Path) -> Iterator[dict[str, Any]]:
@@ -22,14 +29,14 @@ def read(path: Path) -> Iterator[dict[str, Any]]:
     out; a damaged line elsewhere is an error naming it."""
     if not path.is_file():
         return
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
-            except ValueError:
-                if not line.endswith("\n"):
+                yield orjson.loads(line)
+            except ValueError:  # not JSON, or not UTF-8
+                if not line.endswith(b"\n"):
                     return
                 raise UserError(f"{path}:{number}: not a JSON line; the file is damaged") from None
 
@@ -39,7 +46,7 @@ def read_raw(path: Path) -> Iterator[tuple[dict[str, Any], bytes]]:
     with open(path, "rb") as fh:
         for line in fh:
             if line.strip():
-                yield json.loads(line), line
+                yield orjson.loads(line), line
 
 
 def write(path: Path, records: Iterable[Any]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from nspec.compiler.tokenizers import encoding
@@ -64,9 +65,21 @@ def _blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class PromptCaches:
+    """Every provider's cache entries, at most `CAPACITY` of them: past it the least recently used goes first, as
+    the real caches (finite, per machine) drop entries under load before their time is up. Unbounded, a run of
+    100,000 long prompts would keep millions of OpenAI's 128-token steps."""
+
+    CAPACITY = 200_000
+
     def __init__(self) -> None:
-        self._entries: dict[str, float] = {}  # prefix digest → when it expires
+        self._entries: OrderedDict[str, float] = OrderedDict()  # prefix digest → when it expires, oldest use first
         self._lock = threading.Lock()
+
+    def _keep(self, digest: str, expiry: float) -> None:
+        self._entries[digest] = max(self._entries.get(digest, 0.0), expiry)
+        self._entries.move_to_end(digest)
+        if len(self._entries) > self.CAPACITY:
+            self._entries.popitem(last=False)
 
     def _live(self, digest: str, now: float) -> bool:
         expiry = self._entries.get(digest)
@@ -100,14 +113,14 @@ class PromptCaches:
             read = 0
             if hit is not None:
                 read = tokens[hit]
-                self._entries[digests[hit]] = max(self._entries[digests[hit]], now + 300.0)  # a hit refreshes it
+                self._keep(digests[hit], now + 300.0)  # a hit refreshes it
             written = {"5m": 0, "1h": 0}
             upto = read
             for i in marks:
                 ttl = str(blocks[i]["cache_control"].get("ttl", "5m"))
                 if tokens[i] < minimum or tokens[i] <= upto:
                     continue
-                self._entries[digests[i]] = max(self._entries.get(digests[i], 0.0), now + TTL_SECONDS[ttl])
+                self._keep(digests[i], now + TTL_SECONDS[ttl])
                 written[ttl] += tokens[i] - upto
                 upto = tokens[i]
         creation = written["5m"] + written["1h"]
@@ -137,7 +150,7 @@ class PromptCaches:
                     break
                 hit = end
             for _, digest in steps:
-                self._entries[digest] = now + PREFIX_TTL_SECONDS
+                self._keep(digest, now + PREFIX_TTL_SECONDS)
         return hit
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from collections import Counter
@@ -164,7 +165,7 @@ class Oracle:
         if len(wanted) < 2:
             return []
         best, hits = 0.0, []
-        for m in _SENTENCE.finditer(context):
+        for m in _candidates(context, wanted):
             sentence = m.group().strip()
             if not sentence or sentence.endswith("?"):
                 continue
@@ -174,6 +175,27 @@ class Oracle:
             elif abs(score - best) < 1e-9 and score > 0:
                 hits.append((m.start(), sentence))
         return hits[:16] if best >= 0.75 else []
+
+
+def _candidates(context: str, wanted: set[str]) -> list[re.Match[str]]:
+    """The sentences of ``context`` that may hold 0.75 of the ``wanted`` stems (the share that counts), in order. A
+    stem is in the lowered text wherever a word with it is, so a sentence whose text holds too few is passed over
+    without being split into words: most of a haystack. Found with one search per stem, not one per sentence."""
+    sentences = list(_SENTENCE.finditer(context))
+    lowered = context.lower()
+    if len(lowered) != len(context):  # a letter whose lower case is longer: offsets differ, every sentence is checked
+        return sentences
+    starts = [m.start() for m in sentences]
+    holding: Counter[int] = Counter()
+    for stem in wanted:
+        found = set()
+        at = lowered.find(stem)
+        while at >= 0:
+            found.add(bisect.bisect_right(starts, at) - 1)
+            at = lowered.find(stem, at + 1)
+        holding.update(found)
+    enough = 0.75 * len(wanted) - 1e-9
+    return [sentences[i] for i in sorted(holding) if i >= 0 and holding[i] >= enough]
 
 
 class Echo:
