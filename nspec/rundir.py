@@ -1,7 +1,9 @@
-"""The run directory's layout (DESIGN §3), defined once: every file a stage reads or writes is named here."""
+"""The run directory's layout (DESIGN §3), defined once: every file a stage reads or writes is named here; and the
+one folder nspec keeps outside run directories, the user's cache."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,3 +64,12 @@ class RunPaths:
     def stage_manifest(self, stage: str) -> Path:
         """The manifest of a stage compiled after the answers (the judges')."""
         return self.root / stage / "manifest.json"
+
+
+def cache_dir() -> Path:
+    """nspec's cache folder (the local model's file, the report's script bundle): `NSPEC_CACHE_DIR`, else
+    `$XDG_CACHE_HOME/nspec`, else `~/.cache/nspec`."""
+    if os.environ.get("NSPEC_CACHE_DIR"):
+        return Path(os.environ["NSPEC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nspec"

@@ -39,6 +39,7 @@ from typing import Any
 from nspec.compiler.tokenizers import Tokenizer
 from nspec.errors import UserError
 from nspec.providers import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
+from nspec.rundir import cache_dir
 from nspec.runners.providers import BaseProvider
 from nspec.runners.providers.openai import COMPATIBLE, parse_result
 
@@ -60,13 +61,6 @@ class EngineError(Exception):
 
 
 # -- the model file --------------------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    if os.environ.get("NSPEC_CACHE_DIR"):
-        return Path(os.environ["NSPEC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nspec"
 
 
 def model_file(name: str) -> Path:

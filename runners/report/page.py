@@ -12,11 +12,12 @@ import functools
 import json
 import os
 from datetime import UTC, datetime
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
 from nspec import __version__
+from nspec.rundir import cache_dir
 from nspec.runners.report.charts import PALETTE
 from nspec.runners.report.data import Comparison, ReportData, Tally, run_labels
 from nspec.runners.report.stats import effective_length, model_summary
@@ -32,10 +33,26 @@ def _asset(name: str) -> str:
 
 @functools.cache
 def vega_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed in one script (from vl-convert, no network)."""
+    """Vega, Vega-Lite and vega-embed in one script (from vl-convert, no network). vl-convert bundles it anew on each
+    call, which takes its JavaScript engine some 130 MB — more than the rest of a report of 100,000 cells — so the
+    script is kept in the user's cache folder, per vl-convert version; where that folder cannot be written, it is
+    bundled each time."""
     import vl_convert as vlc
 
-    return _raw_script(vlc.javascript_bundle())  # type: ignore[call-arg]
+    cached = cache_dir() / f"vega-bundle-{metadata.version('vl-convert-python')}.js"
+    try:
+        return _raw_script(cached.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError):
+        pass
+    code = _raw_script(vlc.javascript_bundle())  # type: ignore[call-arg]
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        part = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+        part.write_text(code, "utf-8")
+        part.replace(cached)  # whole or not at all, for a second process reading it
+    except OSError:
+        pass
+    return code
 
 
 def _raw_script(code: str) -> str:
