@@ -15,8 +15,10 @@ import hashlib
 import itertools
 import json
 import os
+import re
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -301,6 +303,12 @@ class SourceUse:
             i = find(i + 1)
 
 
+_BLOCK = 1024  # tokens whose cut points are worked out together
+# Where `TokenizedText.boundary` can hold in a text: after a line break, or at a space after a printable mark that may
+# end a sentence (a clean cut needs a printable byte before a space).
+_MAY_START_SENTENCE = re.compile(rb"(?<=\n)|(?<=[" + re.escape(_SENTENCE_END + _CLOSERS) + rb"]) ")
+
+
 class TokenizedText:
     """A haystack text tokenised once: byte offsets of every token, and searches for cut points."""
 
@@ -314,6 +322,7 @@ class TokenizedText:
         self.item_starts = item_starts  # stacks: byte offsets where items begin
         self.layout = layout  # where the source documents lie, when the text is made of them
         self.pass_tokens = self.n_tokens  # tokens of one pass over the documents (the text may repeat them)
+        self._blocks: dict[tuple[str, int], bytes] = {}  # see `_flags`
 
     @property
     def n_tokens(self) -> int:
@@ -352,22 +361,56 @@ class TokenizedText:
         return False
 
     def last(self, test: str, k: int, low: int) -> int:
-        """The largest token index in [low, k] passing ``test`` ("clean" or "boundary"); ``low`` if none."""
-        check = self.clean if test == "clean" else self.boundary
+        """The largest token index in (low, k] passing ``test`` ("clean" or "boundary"); ``low`` if none."""
         while k > low:
-            if check(k):
-                return k
-            k -= 1
+            block = k // _BLOCK
+            flags = self._flags(test, block)
+            begin = max(low + 1, block * _BLOCK)
+            found = flags.rfind(1, begin - block * _BLOCK, k + 1 - block * _BLOCK)
+            if found >= 0:
+                return block * _BLOCK + found
+            k = begin - 1
         return low
 
     def next(self, test: str, k: int, high: int) -> int:
-        """The smallest token index in [k, high] passing ``test`` ("clean" or "boundary"); ``high`` if none."""
-        check = self.clean if test == "clean" else self.boundary
+        """The smallest token index in [k, high) passing ``test`` ("clean" or "boundary"); ``high`` if none."""
         while k < high:
-            if check(k):
-                return k
-            k += 1
+            block = k // _BLOCK
+            flags = self._flags(test, block)
+            end = min(high, (block + 1) * _BLOCK)
+            found = flags.find(1, k - block * _BLOCK, end - block * _BLOCK)
+            if found >= 0:
+                return block * _BLOCK + found
+            k = end
         return high
+
+    def _flags(self, test: str, block: int) -> bytes:
+        """Which tokens of a block of `_BLOCK` pass ``test`` (1) or not (0), worked out once: the cells of a grid
+        search the same stretches of the haystack for cut points again and again."""
+        key = (test, block)
+        flags = self._blocks.get(key)
+        if flags is None:
+            first = block * _BLOCK
+            end = min(first + _BLOCK, self.n_tokens + 1)
+            if test == "boundary" and self.item_starts is None:
+                flags = self._flags_at(first, end, _MAY_START_SENTENCE, self.boundary)
+            else:  # most tokens of a text are clean cut points: nothing to skip
+                check = self.clean if test == "clean" else self.boundary
+                flags = bytes(check(k) for k in range(first, end))
+            self._blocks[key] = flags
+        return flags
+
+    def _flags_at(self, first: int, end: int, may: re.Pattern[bytes], check: Callable[[int], bool]) -> bytes:
+        """``check`` for tokens [first, end), asked only at the text's ends and where ``may`` finds a place it
+        can hold."""
+        flags = bytearray(end - first)
+        low, high = self.starts[first], self.starts[end - 1]
+        candidates = [m.start() for m in may.finditer(self.data, max(1, low), high + 1)]
+        for pos in [low, high, *candidates]:
+            k = bisect_left(self.starts, pos, first, end)
+            if k < end and self.starts[k] == pos and check(k):
+                flags[k - first] = 1
+        return bytes(flags)
 
     def token_at_byte(self, pos: int) -> int:
         return bisect_right(self.starts, pos) - 1

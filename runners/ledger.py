@@ -17,6 +17,7 @@ group first, so the ledger is never behind when the provider is told anything.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import sqlite3
 import time
@@ -270,6 +271,22 @@ class Ledger:
             if row is not None:
                 out[cid] = row
         return out
+
+    def open_requests(self, custom_ids: Iterable[str]) -> dict[str, str]:
+        """The model of each of ``custom_ids`` that has no final state yet, asked in chunks: a live stage of 100,000
+        requests is never held as rows."""
+        self.flush()
+        found: dict[str, str] = {}
+        ids = iter(custom_ids)
+        while chunk := list(itertools.islice(ids, 500)):
+            marks = ",".join("?" * len(chunk))
+            for cid, model in self.db.execute(
+                f"SELECT custom_id, model FROM requests WHERE custom_id IN ({marks})"
+                " AND state NOT IN ('done', 'failed')",
+                chunk,
+            ):
+                found[cid] = model
+        return found
 
     def finish(
         self, custom_id: str, state: str, error: str | None, usage: Usage, cost_usd: float | None, source: str

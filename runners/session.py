@@ -128,14 +128,13 @@ class Session:
             self._send_live(wanted, results, progress)
 
     def _send_live(self, custom_ids: list[str], results: ResultsFile, progress: RunProgress) -> None:
-        rows = self.ledger.request_states(custom_ids)
+        unsettled = self.ledger.open_requests(custom_ids)
         costing = self.run.costing(self.stage)
-        unsettled = {cid for cid, row in rows.items() if row["state"] not in ("done", "failed")}
-        reconcile(results, self.ledger, unsettled, costing)
+        reconcile(results, self.ledger, set(unsettled), costing)
         by_model: dict[str, set[str]] = {}
-        for cid, row in rows.items():
-            if cid not in results.ids and row["state"] not in ("done", "failed"):
-                by_model.setdefault(row["model"], set()).add(cid)
+        for cid, model in unsettled.items():
+            if cid not in results.ids:
+                by_model.setdefault(model, set()).add(cid)
         models = {m.label: m for m in self.run.models(self.stage)}
         sizes = self._request_sizes(by_model)
         if not sizes:
