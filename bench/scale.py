@@ -76,8 +76,24 @@ def stage(args: list[str], env: dict[str, str], folder: Path) -> tuple[int, floa
     wall = time.perf_counter() - start
     process.returncode = code = os.waitstatus_to_exitcode(status)
     if code not in (0, 3):
-        sys.exit(f"nspec {' '.join(args)} exited {code}:\n{err_path.read_text()[-2000:]}")
+        sys.exit(f"nspec {' '.join(args)} exited {code}:\n{err_path.read_text()[-2000:]}{_errors(args)}")
     return code, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out_path.read_text()
+
+
+def _errors(args: list[str]) -> str:
+    """What the requests that ended without an answer ended with, when a stage says some did."""
+    results = Path(args[-1]) / "answers" / "results.jsonl"
+    if not results.is_file():
+        return ""
+    codes: dict[str, int] = {}
+    with open(results) as fh:
+        for line in fh:
+            record = json.loads(line)
+            if record["status"] != "ok":
+                error = record.get("error") or {}
+                key = f"{error.get('code')}: {str(error.get('message'))[:120]}"
+                codes[key] = codes.get(key, 0) + 1
+    return "".join(f"\n  {n} x {key}" for key, n in sorted(codes.items(), key=lambda kv: -kv[1]))
 
 
 def one_run(folder: Path, size: int, mode: str) -> dict:
