@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
 import threading
 import time
 from types import TracebackType
@@ -84,7 +86,9 @@ class Emulator:
         self._socket.close()
 
     def serve_forever(self) -> None:
-        """Run in the foreground until interrupted."""
+        """Run in the foreground until interrupted. uvicorn raises the SIGTERM it caught again once it has shut
+        down; handled here, the process exits through Python, so the store's scratch folder is removed."""
+        signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
         self._server.run(sockets=[self._socket])
         self._socket.close()
 
