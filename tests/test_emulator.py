@@ -573,6 +573,10 @@ def test_anthropic_batch_limits_and_duplicates(make_emulator):
         client.messages.batches.create(requests=anthropic_requests(4))
     with pytest.raises(anthropic.BadRequestError, match="duplicate custom_id"):
         client.messages.batches.create(requests=anthropic_requests(1) * 2)
+    small = ant(make_emulator(limits=Limits(anthropic_max_bytes=2000)))
+    with pytest.raises(anthropic.APIStatusError, match="maximum allowed number of bytes") as refused:
+        small.messages.batches.create(requests=anthropic_requests(20))
+    assert refused.value.status_code == 413 and refused.value.body["error"]["type"] == "request_too_large"
 
 
 def test_anthropic_cancel_expire_and_delete(make_emulator):

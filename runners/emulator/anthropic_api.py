@@ -107,6 +107,10 @@ def router(api: Api) -> Router:
         with open(body, "wb") as fh:  # to disk as it comes: a batch body may be 256 MB
             async for chunk in request.stream():
                 fh.write(chunk)
+        if body.stat().st_size > config.limits.anthropic_max_bytes:
+            body.unlink()
+            # platform.claude.com, "Errors": a request over the endpoint's size (256 MB for Message Batches) is 413.
+            raise ApiError(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
         try:
             batch = anthropic_batches.create(emu.store, config, emu.rng, body, emu.clock.now())
         except anthropic_batches.InvalidRequest as exc:

@@ -34,10 +34,7 @@ def rfc3339(seconds: float) -> str:
 def create(store: Store, config: EmulatorConfig, rng: random.Random, body: Path, now: float) -> dict[str, Any]:
     """A batch from the create call's body, saved at ``body`` (in the store's folder; taken over): parsed a request at
     a time into the batch's requests file, so a body of 256 MB is never held whole."""
-    size = body.stat().st_size
     try:
-        if size > config.limits.anthropic_max_bytes:
-            raise InvalidRequest(f"request body: at most {config.limits.anthropic_max_bytes} bytes per batch")
         lines = store.scratch_path()
         try:
             total = _spool_requests(body, lines, config.limits.anthropic_max_requests)
