@@ -75,7 +75,7 @@ class _Slot:
 @dataclass
 class Cell:
     record: dict[str, Any]  # the cells.jsonl line
-    request: dict[str, Any]  # the provider batch input line
+    request: dict[str, Any] | None  # the provider batch input line (None when the maker counts without building)
     model: Model
     composed: int | None = None  # the count composed from the provider's counts (calibrate checks it)
     opens_group: tuple[int, int] | None = None  # first of a cache group: the group's forecast requests and bytes
@@ -183,6 +183,9 @@ class CellMaker:
         self.per_context: int = spec["grid"].get("questions_per_context", 1)
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
+        # False: cells are counted without building their request lines (a plan), except where a counts file is
+        # looked up by the line.
+        self.build_requests = True
 
     def count(self) -> int:
         """How many cells the grid makes, by arithmetic (nothing is built): what the cell cap is checked against
@@ -502,7 +505,7 @@ class CellMaker:
                 yield self._cell(slot, draft, self._proxy_context(slot, draft))
             else:
                 tokenizer = slot.model.tokenizer
-                widest = max(context, key=lambda d: len(tokenizer.encode(d.parts.prefix + d.parts.suffix)))
+                widest = max(context, key=lambda d: tokenizer.own_count(d.parts.prefix + d.parts.suffix))
                 span = self._proxy_context(slot, widest).span
                 separator = self.source.separator if self.is_stack else None
                 target = self._fit_target(slot.model, slot.length, widest.parts.reserve)
@@ -557,14 +560,16 @@ class CellMaker:
             if abs(actual - needle["depth_requested"]) > FAR_FROM_DEPTH:
                 self.far[model.label] = self.far.get(model.label, 0) + 1
         uses = self._uses(slot, built.span, cid)
-        request = model.api.request_line(
-            model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
-        )
-        counted_request = request
+        request = None
+        if self.build_requests or counter is not None:
+            request = model.api.request_line(
+                model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
+            )
         tokens, exact, composed = built.tokens, model.tokenizer.exact, None
         length: dict[str, Any] = {"counted_by": model.tokenizer.name}
         if counter is not None:
-            composed, whole = built.tokens, counter.known_line(counted_request)
+            assert request is not None
+            composed, whole = built.tokens, counter.known_line(request)
             tokens = composed if whole is None else whole
             exact = whole is not None or counter.composes
             length = {"counted_by": counter.known.counted_by}
@@ -584,7 +589,9 @@ class CellMaker:
         opens_group = None
         if model.cache is not None:
             cut, opens_group = self._cache_cut(slot, draft, built, cid)
-            request = model.api.shape_cache(request, built.user, cut)
+            if self.build_requests:
+                assert request is not None
+                request = model.api.shape_cache(request, built.user, cut)
             extra["cache"] = cut.record()
         identity = draft.identity
         record = {
@@ -653,7 +660,7 @@ class CellMaker:
         cells' first needles go, from the grid; returns the forecast of its requests and their bytes."""
         model = slot.model
         assert model.cache is not None
-        head = self._heads[group] = fixed_tokens(model.tokenizer, base) + len(model.tokenizer.encode(base.prefix))
+        head = self._heads[group] = fixed_tokens(model.tokenizer, base) + model.tokenizer.own_count(base.prefix)
         lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
         per_depth = len(self.repeats) * self._stack_questions() if self.is_stack else self.per_context
         forecast = [(self._forecast_insert(slot, d, False, head, n), per_depth) for n in lengths for d in self.depths]

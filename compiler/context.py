@@ -71,7 +71,7 @@ def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
     """Tokens of everything but the user message's haystack part (in the tokenizer's own units)."""
     others = [text for text in (parts.system, parts.prefill) if text is not None]
     framing = tokenizer.framing(1 + len(others), parts.prefill is not None)
-    return framing + sum(len(tokenizer.encode(text)) for text in others)
+    return framing + sum(tokenizer.own_count(text) for text in others)
 
 
 def build_context(
@@ -91,9 +91,9 @@ def build_context(
     at_end = any(i.depth >= 100 for i in inserts)
     mode = "boundary" if stack_separator is not None or at_end else "clean"
     texts = [_insert_text(i, stack_separator) for i in inserts]
-    sizes = [len(tokenizer.encode(t)) for t in texts]
+    sizes = [tokenizer.own_count(t) for t in texts]
     guess = sum(sizes) + 2 * len(sizes)
-    room = _unscale(tokenizer, goal) - fixed - guess - len(tokenizer.encode(parts.prefix + parts.suffix))
+    room = _unscale(tokenizer, goal) - fixed - guess - tokenizer.own_count(parts.prefix + parts.suffix)
     if room < 0:
         raise FitError(f"the prompt and needles alone need more than {target} tokens")
     if start + room > tt.n_tokens:
@@ -127,7 +127,7 @@ def build_on_span(
     """The context of haystack tokens ``span`` with ``inserts`` (a span another cell was fitted to), and its total
     in model tokens."""
     texts = [_insert_text(i, stack_separator) for i in inserts]
-    sizes = [len(tokenizer.encode(t)) for t in texts]
+    sizes = [tokenizer.own_count(t) for t in texts]
     fixed = fixed_tokens(tokenizer, parts)
     fit = _Fit(tt, tokenizer, parts, inserts, texts, sizes, stack_separator, fixed, target - parts.reserve, target)
     return fit.build(*span)
@@ -166,7 +166,7 @@ class _Fit:
         user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
         total = tokenizer.scale(self.fixed + user_tokens)
         user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
-        hay = user_tokens - len(tokenizer.encode(parts.prefix)) - len(tokenizer.encode(parts.suffix))
+        hay = user_tokens - tokenizer.own_count(parts.prefix) - tokenizer.own_count(parts.suffix)
         first = min(positions, default=end)
         return BuiltContext(user, total, hay, depths, (begin, end), self.fixed + user_tokens, first), total
 
@@ -322,11 +322,11 @@ def _count_pieces(tt: TokenizedText, tokenizer: Tokenizer, pieces: list[str | tu
     present = [p for p in pieces if (p if isinstance(p, str) else p[1] > p[0])]
     total = 0
     for piece in present:
-        total += len(tokenizer.encode(piece)) if isinstance(piece, str) else piece[1] - piece[0]
+        total += tokenizer.own_count(piece) if isinstance(piece, str) else piece[1] - piece[0]
     for left, right in itertools.pairwise(present):
         tail, head = _tail(tt, left), _head(tt, right)
-        joined = len(tokenizer.encode(tail + head))
-        total += joined - len(tokenizer.encode(tail)) - len(tokenizer.encode(head))
+        joined = tokenizer.own_count(tail + head)
+        total += joined - tokenizer.own_count(tail) - tokenizer.own_count(head)
     return total
 
 

@@ -70,7 +70,7 @@ class CountedSlot:
         self.tt, self.tokenizer, self.start, self.base = tt, tokenizer, start, base
         self.target, self.separator, self.counter = target, separator, counter
         self.goal = target - base.reserve
-        self.templates = len(tokenizer.encode(base.prefix + base.suffix)) + fixed_tokens(tokenizer, base)
+        self.templates = tokenizer.own_count(base.prefix + base.suffix) + fixed_tokens(tokenizer, base)
         # The provider's tokens per own token, as last measured (another slot's, to start with), and what the cells'
         # needles and question added to the skeleton: the first probe then lands just inside the goal.
         self.ratio: float | None = aim[0] if aim is not None else None
@@ -172,7 +172,7 @@ class CountedSlot:
         of the span, with a needle at its start, its end, or between sentences wherever the cell has one there."""
         tt, separator = self.tt, self.separator
         texts = [_insert_text(i, separator) for i in plan.inserts]
-        sizes = [len(self.tokenizer.encode(t)) for t in texts]
+        sizes = [self.tokenizer.own_count(t) for t in texts]
         positions = place(tt, b, e, plan.inserts, sizes, separator is None)
         middles = sorted({p for p in positions if b < p < e})
         # The mini starts where the span does only when a needle goes there (its join then depends on the text at

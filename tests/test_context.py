@@ -140,3 +140,23 @@ def test_a_needle_at_the_end_follows_a_whole_sentence_and_the_context_is_still_f
         assert built.user.endswith(" Last needle.") or built.user.endswith("\nLast needle.")
         assert between_sentences(built.user, built.user.index("Last needle."), "Last needle.")
         assert length - (built.tokens + 10) <= TEXT_TOLERANCE  # the start was cut instead
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,  # a stretch of Austen: the blocks of flags against the per-token tests
+        '\n\nMr. Knightley said: "Yes." J. Smith came.\nThen  two spaces... and «ünïcode» here!\n12 ends',
+        "x",
+        "",
+    ],
+)
+def test_the_cut_point_searches_agree_with_the_per_token_tests(text):
+    tokenizer = TOKENIZERS["o200k_base"]
+    if text is None:
+        text = "\n\n".join(load_haystack({"corpus": "austen"}, ".").documents)[200_000:260_000]
+    tt = TokenizedText(text, tokenizer)
+    for k in range(tt.n_tokens + 1):
+        assert (tt.next("clean", k, k + 1) == k) == tt.clean(k), k
+        assert (tt.last("clean", k, k - 1) == k) == tt.clean(k), k
+        assert (tt.next("boundary", k, k + 1) == k) == tt.boundary(k), k

@@ -94,3 +94,27 @@ def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
     path.write_bytes(b'{"cell_id": "a"}\n{"cell_id": \n{"cell_id": "c"}\n')
     with pytest.raises(UserError, match=r"results.jsonl:2: not a JSON line; the file is damaged"):
         list(jsonl.read(path))
+
+
+def test_a_line_index_finds_records_by_cell_id_through_hash_collisions_and_torn_lines(tmp_path):
+    from nspec.runners.rundir import LineIndex
+
+    # "plumless" and "buckeroo" share a CRC-32: the index must tell them apart by reading the lines.
+    path = tmp_path / "results.jsonl"
+    lines = [
+        jsonl.encode({"cell_id": "plumless", "text": "first"}),
+        jsonl.encode({"cell_id": "buckeroo", "text": "other"}),
+        b'{"text": "written by hand", "cell_id": "loose"}\n',  # not in nspec's order: parsed whole
+        b"not json\n",
+        jsonl.encode({"cell_id": "plumless", "text": "again"}),
+        b'{"cell_id":"torn","text":"still being wr',
+    ]
+    path.write_bytes(b"".join(lines))
+    with LineIndex(path) as index:
+        assert len(index) == 4
+        assert index.get("plumless")["text"] == "again"  # the last line with the id wins
+        assert index.get("buckeroo")["text"] == "other"
+        assert index.get("loose")["text"] == "written by hand"
+        assert index.get("torn") is None and index.get("absent") is None
+    with LineIndex(tmp_path / "none.jsonl") as empty:
+        assert len(empty) == 0 and empty.get("plumless") is None

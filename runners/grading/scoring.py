@@ -16,7 +16,7 @@ from typing import Any
 from nspec import jsonl
 from nspec.runners.grading import judging
 from nspec.runners.grading.grader import accepted_answers, decide, needle_text, scorer_verdicts, share_given
-from nspec.runners.rundir import Run
+from nspec.runners.rundir import LineIndex, Run
 
 JUDGE_ERROR = "undecided (judge error)"
 
@@ -101,9 +101,6 @@ def score_run(run: Run) -> dict[str, int]:
     """Score every cell with a result into scores.jsonl (rewritten whole: scoring is cheap and deterministic),
     with the judges' votes where the judge stage has them. Returns the count of each verdict."""
     scoring = run.spec.get("scoring")
-    results = {  # only the fields scoring needs, so memory stays small
-        r["cell_id"]: {"status": r["status"], "text": r.get("text"), "error": r.get("error")} for r in run.results()
-    }
     votes = judging.votes(run)
     manifest = judging.manifest_of(run)
     panel = len(manifest["judges"]) if manifest else 0
@@ -111,7 +108,7 @@ def score_run(run: Run) -> dict[str, int]:
     quorum = int(manifest.get("quorum") or panel // 2 + 1) if manifest else 0
     counts: dict[str, int] = {}
 
-    def lines() -> Iterator[dict[str, Any]]:
+    def lines(results: LineIndex) -> Iterator[dict[str, Any]]:
         for cell in run.cells():
             result = results.get(cell["cell_id"])
             if result is None:
@@ -123,7 +120,8 @@ def score_run(run: Run) -> dict[str, int]:
             counts[key] = counts.get(key, 0) + 1
             yield line
 
-    jsonl.write(run.paths.scores, lines())
+    with LineIndex(run.paths.results("answers")) as results:  # a result is read when its cell comes
+        jsonl.write(run.paths.scores, lines(results))
     return counts
 
 

@@ -23,7 +23,7 @@ from nspec.providers import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
-from nspec.runners.rundir import Run, shard_lines
+from nspec.runners.rundir import LineIndex, Run, shard_lines
 
 CELL_POINTS = 5000  # per model: more answers than this are not kept as chart points (the heatmap counts all)
 EXCERPT_CHARACTERS = 500  # of context shown before and after a needle in the cell browser
@@ -35,37 +35,6 @@ NEGATIVE_REASONS = {
     "does not say the answer is missing": "did not say not found",
 }
 JUDGED_WRONG = "judged wrong"
-
-
-class LineIndex:
-    """A JSONL file of records keyed by `cell_id`, indexed by byte offset: a record is parsed when asked for."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offsets: dict[str, int] = {}
-        self._fh: IO[bytes] | None = None
-        if not path.is_file():
-            return
-        marker = re.compile(rb'"cell_id":\s*"([^"]+)"')
-        with open(path, "rb") as fh:
-            offset = 0
-            for line in fh:
-                found = marker.search(line)
-                if found is not None and line.endswith(b"\n"):  # a line still being written is left out
-                    self.offsets[found.group(1).decode()] = offset
-                offset += len(line)
-        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
-
-    def get(self, cell_id: str) -> Any:
-        offset = self.offsets.get(cell_id)
-        if offset is None or self._fh is None:
-            return None
-        self._fh.seek(offset)
-        return json.loads(self._fh.readline())
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
 
 
 @dataclass(frozen=True)
@@ -80,22 +49,34 @@ class Joined:
 
 def joined(run: Run) -> Iterator[Joined]:
     """Every cell of ``run`` in order, with its result, score and compiled request line."""
-    results, scores = LineIndex(run.paths.results("answers")), LineIndex(run.paths.scores)
     requests = {m.label: _requests(run, [s["file"] for s in m.shards]) for m in run.models()}
-    try:
+    with LineIndex(run.paths.results("answers")) as results, LineIndex(run.paths.scores) as scores:
         for cell in run.cells():
             cid = cell["cell_id"]
             request = next((line for found, line in requests[cell["model"]] if found == cid), None)
             yield Joined(cell, results.get(cid), scores.get(cid), request)
-    finally:
-        results.close()
-        scores.close()
 
 
 def _requests(run: Run, shards: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     for shard in shards:
         for cid, raw in shard_lines(run.path / shard):
             yield cid, json.loads(raw)
+
+
+@dataclass
+class Mean:
+    """A running mean."""
+
+    total: float = 0.0
+    n: int = 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+
+    @property
+    def value(self) -> float:
+        return self.total / self.n
 
 
 @dataclass
@@ -108,8 +89,8 @@ class Tally:
     errors: int = 0  # the request got no answer
     judged: int = 0  # cells with two or more judge votes
     split: int = 0  # of those, cells whose judges did not all agree
-    needles_found: list[float] = field(default_factory=list)  # multi-needle cells: the share found
-    judge_scores: list[float] = field(default_factory=list)  # score-10 judges: each cell's mean score
+    needles_found: Mean = field(default_factory=Mean)  # multi-needle cells: the share found
+    judge_scores: Mean = field(default_factory=Mean)  # score-10 judges: each cell's mean score
     negative_reasons: Counter[str] = field(default_factory=Counter)
     cost: float | None = 0.0  # of the answers' tokens; None when the model has no known price
     estimate: float | None = 0.0  # the plan's, at the model's mode (every answer its full budget)
@@ -225,7 +206,7 @@ class Aggregates:
         self.by_location: dict[tuple[str, float, int], list[int]] = defaultdict(lambda: [0, 0])
         self.negatives: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         self.reasons: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
-        self.found: dict[tuple[str, int, float], list[float]] = defaultdict(list)
+        self.found: dict[tuple[str, int, float], Mean] = defaultdict(Mean)
         self.verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]] = []  # per run: for comparisons
         self.arms: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (model, cache arm) → passes, n
 
@@ -242,7 +223,7 @@ class Aggregates:
             tally.judged += 1
             tally.split += len({v["vote"] for v in votes}) > 1
         if "judge_score" in score:
-            tally.judge_scores.append(float(score["judge_score"]))
+            tally.judge_scores.add(float(score["judge_score"]))
         if score["verdict"] not in ("pass", "fail"):
             if score["verdict"] == "error":
                 tally.errors += 1
@@ -269,8 +250,8 @@ class Aggregates:
             counts[0] += passed
             counts[1] += 1
         if "needles_found" in score:
-            self.found[(label, length, depth)].append(score["needles_found"])
-            tally.needles_found.append(score["needles_found"])
+            self.found[(label, length, depth)].add(score["needles_found"])
+            tally.needles_found.add(score["needles_found"])
         if cell["repeat"] is not None:
             counts = self.by_location[(label, depth, cell["repeat"])]
             counts[0] += passed
@@ -296,8 +277,8 @@ class Aggregates:
             row = rate_row(passes, n, model=label, context_length=length, depth=depth)
             row["text"] = f"{row['rate']:.2f} (n={n})"
             shares = self.found.get((label, length, depth))
-            if shares:
-                row["needles_found"] = round(sum(shares) / len(shares), 4)
+            if shares is not None:
+                row["needles_found"] = round(shares.value, 4)
             data.heat.setdefault(label, []).append(row)
         data.lengths = [
             rate_row(p, n, model=label, context_length=length)
@@ -663,13 +644,14 @@ _BOOLEANS = ("tokens_exact", "negative", "judge_error")
 
 class ParquetSink:
     """`cells.parquet`, the columns of cells.csv typed, written in row groups as rows come, when pyarrow is
-    installed (nothing otherwise)."""
+    installed (nothing otherwise). Rows are buffered as columns, a row group at a time, and the pool's freed pages
+    are handed back after each: memory stays that of one group however many cells pass."""
 
-    BATCH = 10_000
+    GROUP = 4096
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows: list[Mapping[str, Any]] = []
+        self.columns: dict[str, list[Any]] = {name: [] for name in CSV_FIELDS}
         self.writer: Any = None
         try:
             import pyarrow  # noqa: F401
@@ -680,41 +662,45 @@ class ParquetSink:
             self.enabled = True
 
     def add(self, row: Mapping[str, Any]) -> None:
-        if self.enabled:
-            self.rows.append(row)
-            if len(self.rows) >= self.BATCH:
-                self._flush()
+        if not self.enabled:
+            return
+        for name, column in self.columns.items():
+            value = row[name]
+            column.append(None if value == "" else value if name in _TYPED else str(value))
+        if len(self.columns["cell_id"]) >= self.GROUP:
+            self._flush()
 
     def _flush(self) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        def kind(name: str) -> Any:
-            return (
-                pa.int64()
-                if name in _INTEGERS
-                else pa.float64()
-                if name in _FLOATS
-                else (pa.bool_() if name in _BOOLEANS else pa.string())
-            )
-
-        schema = pa.schema([(name, kind(name)) for name in CSV_FIELDS])
-        columns = {
-            name: [None if r[name] == "" else str(r[name]) if kind(name) == pa.string() else r[name] for r in self.rows]
-            for name in CSV_FIELDS
-        }
-        table = pa.table(columns, schema=schema)
+        schema = pa.schema([(name, _arrow_type(pa, name)) for name in CSV_FIELDS])
+        table = pa.table(self.columns, schema=schema)
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, schema)
         self.writer.write_table(table)
-        self.rows = []
+        del table
+        for column in self.columns.values():
+            column.clear()
+        pa.default_memory_pool().release_unused()
 
     def close(self) -> None:
         if not self.enabled:
             return
-        if self.rows or self.writer is None:
+        if self.columns["cell_id"] or self.writer is None:
             self._flush()
         self.writer.close()
+
+
+_TYPED = frozenset((*_INTEGERS, *_FLOATS, *_BOOLEANS))
+
+
+def _arrow_type(pa: Any, name: str) -> Any:
+    if name in _INTEGERS:
+        return pa.int64()
+    if name in _FLOATS:
+        return pa.float64()
+    return pa.bool_() if name in _BOOLEANS else pa.string()
 
 
 def slug(label: str) -> str:

@@ -159,10 +159,10 @@ def summary_words(data: ReportData, threshold: float) -> list[dict[str, str]]:
                 f"effective length {_length(eff['length'], shortest)} tokens at a pass rate of {threshold:.1%} "
                 f"(95%: {_length(eff['low'], shortest)} to {_length(eff['high'], shortest)})"
             )
-        if tally.needles_found:
-            parts.append(f"{sum(tally.needles_found) / len(tally.needles_found):.1%} of needles found on average")
-        if tally.judge_scores:
-            parts.append(f"mean judge score {sum(tally.judge_scores) / len(tally.judge_scores):.1f} of 10")
+        if tally.needles_found.n:
+            parts.append(f"{tally.needles_found.value:.1%} of needles found on average")
+        if tally.judge_scores.n:
+            parts.append(f"mean judge score {tally.judge_scores.value:.1f} of 10")
         wrong = sum(tally.negative_reasons.values())
         controls = sum(r["n"] for r in data.negatives if r["model"] == label)
         if controls:
