@@ -34,7 +34,7 @@ needles:
     question: "What is the special magic number?"
     answer: "{{n}}"
     vars: {{n: {{digits: 7}}}}
-grid: {{context_lengths: [200], depths: {{steps: 10}}, trials: {trials}}}
+grid: {{context_lengths: [200], depths: {{steps: 20}}, trials: {trials}}}
 prompt: {{user: "{{haystack}}\\n{{question}}", reserve_tokens: 20}}
 models:
   - {{id: openai/gpt-4.1-mini, mode: {mode}, base_url: "{url}"{limits}}}
@@ -45,7 +45,7 @@ run: {{poll: {{min_seconds: 0.2, max_seconds: 1}}}}
 def compiled(folder: Path, name: str, url: str, mode: str, requests: int, limits: str = "") -> Path:
     spec = folder / f"{name}.yaml"
     spec.write_text(
-        SPEC.format(name=name, seed=len(name), trials=max(1, requests // 10), mode=mode, url=url, limits=limits)
+        SPEC.format(name=name, seed=len(name), trials=max(1, requests // 20), mode=mode, url=url, limits=limits)
     )
     loaded = load_spec(str(spec))
     return compile_run(loaded.data, loaded.base_dir, folder / "out", {}).path

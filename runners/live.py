@@ -66,6 +66,7 @@ class Limiter:
         self.capacity = int(limits.get("concurrency", 8))
         self.slots = asyncio.Semaphore(self.capacity)
         self.adaptive = adaptive
+        self.retiring = 0  # slots to give up as they are released (the cap came down while they were in use)
         self.latency: float | None = None  # seconds a call takes, smoothed
         self.requests = Bucket(_paced(limits.get("requests_per_minute")))
         self.tokens = Bucket(_paced(limits.get("tokens_per_minute")))
@@ -92,10 +93,15 @@ class Limiter:
                 await asyncio.sleep(wait)
 
     def release(self) -> None:
-        self.slots.release()
+        if self.retiring:  # the slot is given up instead of handed on: the cap came down
+            self.retiring -= 1
+        else:
+            self.slots.release()
 
     def observe(self, seconds: float, tokens: int) -> None:
-        """A call of ``tokens`` took ``seconds``: with adaptive slots, grow them to what keeps the limits busy."""
+        """A call of ``tokens`` took ``seconds``: with adaptive slots, follow what keeps the limits busy — up when
+        calls take longer, down when they come back faster (a slow start must not hold a thousand connections
+        open for the rest of the run)."""
         self.latency = seconds if self.latency is None else 0.8 * self.latency + 0.2 * seconds
         if not self.adaptive:
             return
@@ -108,8 +114,14 @@ class Limiter:
             return
         want = min(MAX_SLOTS, math.ceil(min(rates) * self.latency * 1.5) + 1)
         while self.capacity < want:  # a semaphore takes more permits by being released
-            self.slots.release()
+            if self.retiring:
+                self.retiring -= 1
+            else:
+                self.slots.release()
             self.capacity += 1
+        if self.capacity > want:  # slots in use are retired as they come back
+            self.retiring += self.capacity - want
+            self.capacity = want
 
     def learn(self, said: RateHeaders) -> None:
         """Adopt the provider's limits when the spec gave none, and pause when a budget is spent."""

@@ -5,14 +5,18 @@ status to nspec's error tree, and downloads that are parsed only once they arriv
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import inspect
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from nspec import jsonl
 from nspec.compiler.caching import CacheCut, CacheStyle
@@ -232,10 +236,60 @@ def connection_error(provider: str, exc: BaseException) -> ConnectionFailed:
 def sdk_kwargs(method: Callable[..., Any], body: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments for an SDK method: the body's fields the method declares, the rest (provider-specific
     parameters this SDK version does not know) passed through as `extra_body`, as the batch line would send them."""
-    declared = inspect.signature(method).parameters
+    declared = _declared(getattr(method, "__func__", method))
     known = {k: v for k, v in body.items() if k in declared}
     extra = {k: v for k, v in body.items() if k not in declared}
     return {**known, "extra_body": extra} if extra else known
+
+
+@functools.cache
+def _declared(function: Callable[..., Any]) -> frozenset[str]:
+    """The parameters an SDK function declares (worked out once: a live run calls it hundreds of times a second)."""
+    return frozenset(inspect.signature(function).parameters)
+
+
+class Clients:
+    """The SDK clients of one model's live calls, each carrying at most `PER_CLIENT` calls at once, made as more are
+    in flight. An HTTP client's connection pool (httpcore's) walks all its connections on every request and keeps
+    100 idle: hundreds of calls through one client cost more CPU than the calls and open new connections over and
+    over, and the slower calls then come back the more the runner's Little's law asks for."""
+
+    PER_CLIENT = 64
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+        self.clients: list[Any] = []
+        self.in_flight: list[int] = []
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Any]:
+        """A client with room for one more call, for the length of the call."""
+        i = next((i for i, n in enumerate(self.in_flight) if n < self.PER_CLIENT), len(self.clients))
+        if i == len(self.clients):
+            self.clients.append(self.make())
+            self.in_flight.append(0)
+        self.in_flight[i] += 1
+        try:
+            yield self.clients[i]
+        finally:
+            self.in_flight[i] -= 1
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()
+
+
+def answer_json(provider: str, raw: Any) -> dict[str, Any]:
+    """The JSON object an SDK's raw response carries, decoded once, as a batch result line carries it (not built
+    into the SDK's models and dumped back: a live run reads hundreds a second). A body that is not a JSON object is
+    an answer cut off or mangled on the way: a connection error, sent again."""
+    try:
+        body = orjson.loads(raw.http_response.content)  # read whole: the call was not streamed
+    except ValueError as exc:
+        raise connection_error(provider, exc) from None
+    if not isinstance(body, dict):
+        raise connection_error(provider, ValueError(f"the answer is a JSON {type(body).__name__}, not an object"))
+    return body
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -25,6 +25,8 @@ from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
+    Clients,
+    answer_json,
     chat_text,
     connection_error,
     request_failure,
@@ -332,15 +334,14 @@ class AnthropicLive:
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
-        self.client = _client(creds, 0, "AsyncAnthropic")
+        self.clients = Clients(lambda: _client(creds, 0, "AsyncAnthropic"))
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
         params = line["params"]
-        create = self.client.messages.create
         try:
-            raw = await self.client.messages.with_raw_response.create(**sdk_kwargs(create, params))
-            parsed = raw.parse()
-            message = (await parsed if hasattr(parsed, "__await__") else parsed).model_dump(mode="json")
+            async with self.clients.client() as client:
+                kwargs = sdk_kwargs(client.messages.create, params)
+                raw = await client.messages.with_raw_response.create(**kwargs)
         except Exception as exc:
             mapped = _error(self.creds, str(params.get("model")), exc)
             if mapped is None:
@@ -349,11 +350,12 @@ class AnthropicLive:
             if failed is None:
                 raise mapped from None
             return failed, None
+        message = answer_json("anthropic", raw)
         result = {"custom_id": line["custom_id"], "result": {"type": "succeeded", "message": message}}
         return parse_result(result), raw.headers
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.clients.close()
 
 
 PROVIDER = Anthropic()

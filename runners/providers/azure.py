@@ -23,7 +23,7 @@ from typing import Any
 
 from nspec.errors import ProviderError
 from nspec.providers import Credentials, ShardLimits, model_name
-from nspec.runners.providers import sdk, sdk_retries
+from nspec.runners.providers import Clients, sdk, sdk_retries
 from nspec.runners.providers.openai import ENDPOINTS, OpenAI, OpenAIBatches, OpenAILive
 
 DEFAULT_API_VERSION = "2025-04-01-preview"
@@ -112,7 +112,7 @@ class AzureLive(OpenAILive):
 
     def __init__(self, provider: str, creds: Credentials) -> None:
         self.provider, self.creds = provider, creds
-        self.client = _azure_client(provider, creds, 0, True)
+        self.clients = Clients(lambda: _azure_client(provider, creds, 0, True))
 
 
 PROVIDER = Azure()

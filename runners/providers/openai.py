@@ -31,6 +31,8 @@ from nspec.errors import NspecError
 from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
+    Clients,
+    answer_json,
     chat_messages,
     chat_text,
     connection_error,
@@ -432,15 +434,14 @@ class OpenAILive:
 
     def __init__(self, provider: str, creds: Credentials) -> None:
         self.provider, self.creds = provider, creds
-        self.client = _client(provider, creds, 0, True)
+        self.clients = Clients(lambda: _client(provider, creds, 0, True))
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
         body = line["body"]
-        api = self.client.responses if str(line.get("url")).endswith("/responses") else self.client.chat.completions
         try:
-            raw = await api.with_raw_response.create(**sdk_kwargs(api.create, body))
-            parsed = raw.parse()
-            completion = (await parsed if hasattr(parsed, "__await__") else parsed).model_dump(mode="json")
+            async with self.clients.client() as client:
+                api = client.responses if str(line.get("url")).endswith("/responses") else client.chat.completions
+                raw = await api.with_raw_response.create(**sdk_kwargs(api.create, body))
         except Exception as exc:
             mapped = _error(self.provider, self.creds, str(body.get("model")), exc)
             if mapped is None:
@@ -449,11 +450,11 @@ class OpenAILive:
             if failed is None:
                 raise mapped from None
             return failed, None
-        response = {"status_code": 200, "body": completion}
+        response = {"status_code": 200, "body": answer_json(self.provider, raw)}
         return parse_result({"custom_id": line["custom_id"], "response": response}), raw.headers
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.clients.close()
 
 
 PROVIDER = OpenAI()

@@ -25,6 +25,8 @@ from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import (
     BaseProvider,
+    Clients,
+    answer_json,
     chat_messages,
     chat_text,
     connection_error,
@@ -185,14 +187,14 @@ class TogetherLive:
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
-        self.client = _client(creds, 0, True)
+        self.clients = Clients(lambda: _client(creds, 0, True))
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
         body = line["body"]
-        create = self.client.chat.completions.create
         try:
-            raw = await self.client.chat.completions.with_raw_response.create(**sdk_kwargs(create, body))
-            completion = (await raw.parse()).model_dump(mode="json")
+            async with self.clients.client() as client:
+                kwargs = sdk_kwargs(client.chat.completions.create, body)
+                raw = await client.chat.completions.with_raw_response.create(**kwargs)
         except Exception as exc:
             mapped = _error(self.creds, str(body.get("model")), exc)
             if mapped is None:
@@ -201,11 +203,11 @@ class TogetherLive:
             if failed is None:
                 raise mapped from None
             return failed, None
-        response = {"status_code": 200, "body": completion}
+        response = {"status_code": 200, "body": answer_json("together", raw)}
         return parse_result({"custom_id": line["custom_id"], "response": response}), raw.headers
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.clients.close()
 
 
 PROVIDER = Together()
