@@ -5,6 +5,7 @@ Lifecycles are stepped by advancing the emulator's clock, so nothing here sleeps
 
 import json
 import re
+import time
 
 import anthropic
 import httpx2 as httpx
@@ -414,6 +415,48 @@ def test_anthropic_batches_are_answered_as_their_schedule_reaches_them(make_emul
     assert not list((tmp_path / "state" / "files").glob("part-*"))  # the batch's working files are gone
 
 
+def test_mistral_jobs_are_answered_as_their_schedule_reaches_them_and_a_cancel_keeps_what_finished(
+    make_emulator, tmp_path
+):
+    """Mistral's and Together's jobs (`body_batches`): answered a request at a time as the clock reaches them, across
+    a restart; a cancelled job's output holds what finished, nothing for the rest."""
+    from mistralai.client import Mistral
+
+    state = str(tmp_path / "state")
+    first = Emulator(EmulatorConfig(timing=STEPPED, api_key="k"), state_dir=state).start()
+    counting = first.emulation.responder = CountingResponder(first.emulation.responder)
+    lines = [
+        {"custom_id": f"req-{i}", "body": {"messages": [{"role": "user", "content": needle_prompt(i)}]}}
+        for i in range(30)
+    ]
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    client = Mistral(api_key="k", server_url=first.mistral_base_url)
+    uploaded = client.files.upload(file={"file_name": "in.jsonl", "content": data}, purpose="batch")
+    job = client.batch.jobs.create(
+        input_files=[uploaded.id], model="mistral-small-latest", endpoint="/v1/chat/completions"
+    )
+    first.clock.advance(10 + 12.5)  # queued, then 12 requests at one second each
+    midway = client.batch.jobs.get(job_id=job.id)
+    assert midway.status == "RUNNING" and midway.completed_requests == 12 and counting.calls == 12
+    stopped_at = first.clock.now()
+    first.stop()
+    second = make_emulator(state_dir=state, api_key="k")
+    counting = second.emulation.responder = CountingResponder(second.emulation.responder)
+    second.clock.advance(stopped_at + 5 - second.clock.now())  # five requests later
+    client = Mistral(api_key="k", server_url=second.mistral_base_url)
+    client.batch.jobs.cancel(job_id=job.id)
+    second.clock.advance(60)
+    cancelled = client.batch.jobs.get(job_id=job.id)
+    assert cancelled.status == "CANCELLED" and cancelled.succeeded_requests == 17 and counting.calls == 5
+    out = [json.loads(x) for x in client.files.download(file_id=cancelled.output_file).iter_lines()]
+    ids = sorted(int(x["custom_id"].split("-")[1]) for x in out)
+    assert ids == list(range(17))  # each request answered once, the ones never reached left out
+    for line in out:
+        number = 1000000 + int(line["custom_id"].split("-")[1])
+        assert str(number) in line["response"]["body"]["choices"][0]["message"]["content"]
+    assert not list((tmp_path / "state" / "files").glob("part-*"))  # the job's working files are gone
+
+
 # -- OpenAI: live -------------------------------------------------------------------------------------------------
 
 
@@ -681,18 +724,34 @@ def test_echo_responder(make_emulator):
 # -- Scale --------------------------------------------------------------------------------------------------------
 
 
+def ended_without_polls(emu, table: dict, batch_id: str) -> None:
+    """Wait for the emulator's worker to end a batch, with no HTTP call asking about it: a service works on its
+    batches whether or not anyone polls."""
+    calls = sum(emu.emulation.statuses.values())
+    deadline = time.monotonic() + 120
+    while table[batch_id]["final"] is None:
+        assert time.monotonic() < deadline, "the batch did not end"
+        time.sleep(0.05)
+    assert sum(emu.emulation.statuses.values()) == calls
+
+
 def test_ten_thousand_requests_per_provider(make_emulator):
-    """The official SDKs run a batch of 10,000 requests to completion on each provider."""
+    """The official SDKs run a batch of 10,000 requests to completion on each provider; the answering goes on
+    between polls, and a poll never waits for more than one look's work."""
     emu = make_emulator(timing=Timing())  # the default, fast durations
     client = oai(emu)
     batch = submit_openai(client, 10_000)
     emu.clock.advance(60)
+    first = client.batches.retrieve(batch.id)  # answers for at most a look, then says how far it got
+    assert first.status in ("in_progress", "finalizing", "completed")
+    ended_without_polls(emu, emu.emulation.store.openai_batches, batch.id)
     done = client.batches.retrieve(batch.id)
     assert done.status == "completed" and done.request_counts.completed == 10_000
     assert len(client.files.content(done.output_file_id).text.splitlines()) == 10_000
     messages = ant(emu)
     mbatch = messages.messages.batches.create(requests=anthropic_requests(10_000))
     emu.clock.advance(60)
+    ended_without_polls(emu, emu.emulation.store.anthropic_batches, mbatch.id)
     assert messages.messages.batches.retrieve(mbatch.id).request_counts.succeeded == 10_000
     assert sum(1 for _ in messages.messages.batches.results(mbatch.id)) == 10_000
 

@@ -98,7 +98,7 @@ def status(
     store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder, base_url: str
 ) -> dict[str, Any]:
     if batch["final"] is None:
-        _advance(store, batch, config, now, responder)
+        advance(store, batch, config, now, responder)
     view = {
         "id": batch["id"],
         "type": "message_batch",
@@ -124,7 +124,7 @@ def status(
     return view
 
 
-def _advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
+def advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
     """Answer what the batch's schedule has reached by ``now``; end it when its time comes."""
     t = schedule(batch, config.timing, validates=False)
     candidates = [(t.finalized, "done"), (t.expire, "expired")]
@@ -160,8 +160,10 @@ def _advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: f
         return "results", {"custom_id": request["custom_id"], "result": {"type": kind}}, {kind: 1}
 
     with store.lock:
+        if batch["final"] is not None:  # another look ended it meanwhile
+            return
         spool.advance(store, batch["work"], done, answer)
-        if now >= end:
+        if now >= end and batch["work"]["answered"] >= done:  # ends once the answering has caught up
             names = {"results": (f"{batch['id']}_results.jsonl", "batch_results", "results-")}
             kept = spool.finish(store, batch["work"], unreached, f"{config.seed}:{batch['id']}", names, int(end))
             counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}

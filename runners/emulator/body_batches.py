@@ -1,10 +1,12 @@
 """Batch jobs over files of `{"custom_id", "body"}` lines — Mistral's and Together's: what they share, each API's
 module saying how it checks one request, answers it, and shows the job.
 
-A job reads its input files at creation; a file holding lines that are not such requests (or too many) fails the
-job, with counted errors. Its requests are then answered on the emulator's clock (`config.schedule`); when the job
-ends (done, its time out, or cancelled keeping what finished) its output file holds the answers and its error file
-the refusals, each line `{"id", "custom_id", "response": {"status_code", "body"}, "error"}`, in shuffled order.
+A job reads its input files a line at a time at creation, keeping its requests in a file of its own; a file holding
+lines that are not such requests (or too many) fails the job, with counted errors. Its requests are then answered a
+line at a time as the emulator's clock reaches them (`spool`, `config.schedule`), so a job of any size is held on
+disk, not in memory; when the job ends (done, its time out, or cancelled keeping what finished) its output file holds
+the answers and its error file the refusals, each line `{"id", "custom_id", "response": {"status_code", "body"},
+"error"}`, in shuffled order.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nspec.runners.emulator import spool
 from nspec.runners.emulator.config import EmulatorConfig, Schedule, draw_batch_faults, schedule
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
@@ -46,39 +49,44 @@ def create(
     now: float,
 ) -> dict[str, Any]:
     """A job over ``input_files`` (``fields``: what the API keeps with it, as model and metadata)."""
-    requests: list[dict[str, Any]] = []
     errors: Counter[str] = Counter()
     seen: set[str] = set()
-    for file_id in input_files:
-        for line in store.read_file(file_id).decode("utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                errors["A line of the input file is not valid JSON."] += 1
-                continue
-            custom_id = item.get("custom_id") if isinstance(item, dict) else None
-            if not isinstance(custom_id, str) or "body" not in item:
-                errors["A line needs a `custom_id` and a `body`."] += 1
-            elif custom_id in seen:
-                errors[f"Duplicate custom_id {custom_id}."] += 1
-            else:
-                seen.add(custom_id)
-                requests.append(item)
-    if len(requests) > kind.max_requests:
+    copy = store.scratch_path()  # the job's requests, one per line, in order
+    with open(copy, "wb") as out:
+        for file_id in input_files:
+            with open(store.path(file_id), "rb") as fh:
+                for raw in fh:
+                    if not raw.strip():
+                        continue
+                    try:
+                        item = json.loads(raw)
+                    except ValueError:
+                        errors["A line of the input file is not valid JSON."] += 1
+                        continue
+                    custom_id = item.get("custom_id") if isinstance(item, dict) else None
+                    if not isinstance(custom_id, str) or "body" not in item:
+                        errors["A line needs a `custom_id` and a `body`."] += 1
+                    elif custom_id in seen:
+                        errors[f"Duplicate custom_id {custom_id}."] += 1
+                    else:
+                        seen.add(custom_id)
+                        out.write(json.dumps({"custom_id": custom_id, "body": item["body"]}).encode() + b"\n")
+    total = len(seen)
+    if total > kind.max_requests:
         errors[f"A job holds at most {kind.max_requests} requests."] += 1
+    if errors:
+        copy.unlink()
     job = {
         "id": str(uuid.uuid4()),
         "input_files": list(input_files),
         **fields,
         "created": now,
-        "total": len(requests),
+        "total": total,
         "errors": [{"message": message, "count": count} for message, count in errors.items()],
         "cancel_at": None,
         "final": None,
-        "requests": [] if errors else requests,
-        **draw_batch_faults(config.faults, rng, len(requests)),
+        "work": None if errors else spool.start(store, copy.name, ("output", "error"), total, owned=True),
+        **draw_batch_faults(config.faults, rng, total),
     }
     return store.add_batch(getattr(store, kind.table), job)
 
@@ -93,15 +101,17 @@ def cancel(store: Store, job: dict[str, Any], now: float) -> None:
 def progress(
     store: Store, kind: Kind, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder
 ) -> tuple[Schedule, int]:
-    """The job's schedule and how many of its requests are done at ``now``; ends it (writing its files, setting
-    `final`: status done/expired/cancelled/failed, times, counts, file ids) when its end has come."""
+    """The job's schedule and how many of its requests are done at ``now``, answering those reached since the last
+    look; ends it (writing its files, setting `final`: status done/expired/cancelled/failed, times, counts, file
+    ids) when its end has come."""
     t = schedule(job, config.timing)
     if job["final"] is None:
-        _maybe_end(store, kind, job, config, t, now, responder)
-    return t, t.done_by(job["total"], now)
+        _advance(store, kind, job, config, t, now, responder)
+    answered = job["work"]["answered"] if job["work"] is not None else 0
+    return t, min(t.done_by(job["total"], now), answered)
 
 
-def _maybe_end(
+def _advance(
     store: Store,
     kind: Kind,
     job: dict[str, Any],
@@ -119,13 +129,11 @@ def _maybe_end(
     if job["cancel_at"] is not None:
         candidates.append((job["cancel_at"] + config.timing.cancel_seconds, "cancelled"))
     end, status = min(candidates)
-    if now < end:
-        return
     stop = t.expire if status == "expired" else job["cancel_at"] or end
-    done = job["total"] if status == "done" else t.done_by(job["total"], stop)
-    ok_lines, error_lines = [], []
+    done = job["total"] if status == "done" and now >= end else t.done_by(job["total"], min(now, stop))
     failing = set(job["failing"])
-    for index, request in enumerate(job["requests"][:done]):
+
+    def answer(index: int, request: dict[str, Any]) -> spool.Answered:
         custom_id, body = request["custom_id"], request["body"]
         line: dict[str, Any] = {"id": new_id("batch-"), "custom_id": custom_id}
         problem = kind.problem(body, config)
@@ -133,27 +141,28 @@ def _maybe_end(
             problem = (500, "Internal server error")
         if problem is not None:
             code, message = problem
-            line.update(response={"status_code": code, "body": kind.error_body(code, message)}, error=None)
-            error_lines.append(line)
-            continue
-        answer = kind.answer({"model": job.get("model"), **body}, responder, "batch:" + custom_id, int(end))
-        line.update(response={"status_code": 200, "body": answer}, error=None)
-        ok_lines.append(line)
-    final: dict[str, Any] = {
-        "status": status,
-        "started": t.start,
-        "ended": end,
-        "done": done,
-        "succeeded": len(ok_lines),
-        "failed": len(error_lines),
-        "output_file": None,
-        "error_file": None,
-    }
-    for name, lines in (("output_file", ok_lines), ("error_file", error_lines)):
-        if lines:
-            random.Random(f"{config.seed}:{job['id']}:{name}").shuffle(lines)
-            data = "".join(json.dumps(x) + "\n" for x in lines).encode()
-            final[name] = store.put_file(f"{job['id']}-{name}.jsonl", "batch_result", data, int(end), prefix="").id
-    job["final"] = final
-    job["requests"] = []
-    store.save()
+            response = {"status_code": code, "body": kind.error_body(code, message)}
+            return "error", {**line, "response": response, "error": None}, {}
+        answered = kind.answer({"model": job.get("model"), **body}, responder, "batch:" + custom_id, int(now))
+        return "output", {**line, "response": {"status_code": 200, "body": answered}, "error": None}, {"succeeded": 1}
+
+    with store.lock:
+        if job["final"] is not None:  # another look ended it meanwhile
+            return
+        work = job["work"]
+        spool.advance(store, work, done, answer)
+        if now >= end and work["answered"] >= done:  # ends once the answering has caught up
+            names = {name: (f"{job['id']}-{name}_file.jsonl", "batch_result", "") for name in ("output", "error")}
+            kept = spool.finish(store, work, None, f"{config.seed}:{job['id']}", names, int(end))
+            succeeded = work["tally"].get("succeeded", 0)
+            job["final"] = {
+                "status": status,
+                "started": t.start,
+                "ended": end,
+                "done": work["answered"],
+                "succeeded": succeeded,
+                "failed": work["answered"] - succeeded,
+                "output_file": kept["output"].id if "output" in kept else None,
+                "error_file": kept["error"].id if "error" in kept else None,
+            }
+        store.save()

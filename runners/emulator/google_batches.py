@@ -9,6 +9,7 @@ import json
 import random
 from typing import Any
 
+from nspec.runners.emulator import spool
 from nspec.runners.emulator.anthropic_batches import rfc3339
 from nspec.runners.emulator.caching import google_cached
 from nspec.runners.emulator.config import EmulatorConfig, draw_batch_faults, schedule
@@ -67,38 +68,44 @@ def create(
     file_id = source["fileName"].removeprefix("files/")
     if file_id not in store.files:
         raise InvalidArgument(f"File {source['fileName']} does not exist.")
-    data = store.read_file(file_id)
-    if len(data) > MAX_FILE_BYTES:
-        raise InvalidArgument(f"The input file is {len(data)} bytes; at most {MAX_FILE_BYTES}.")
-    requests: list[dict[str, Any]] = []
-    keys: set[str] = set()
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            raise InvalidArgument(f"Line {number} of the input file is not valid JSON.") from None
-        if not isinstance(item, dict) or not isinstance(item.get("key"), str) or "request" not in item:
-            raise InvalidArgument(f"Line {number} of the input file needs a `key` and a `request`.")
-        if item["key"] in keys:
-            raise InvalidArgument(f"Line {number}: the key {item['key']!r} is used more than once.")
-        keys.add(item["key"])
-        requests.append(item)
-    if not requests:
-        raise InvalidArgument("The input file holds no requests.")
+    size = store.path(file_id).stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise InvalidArgument(f"The input file is {size} bytes; at most {MAX_FILE_BYTES}.")
+    total = _check_lines(store, file_id)
     job = {
         "id": new_id("batch"),
         "model": model,
         "display_name": batch.get("displayName") or "",
         "created": now,
-        "total": len(requests),
+        "total": total,
         "cancel_at": None,
-        "requests": requests,
         "final": None,
-        **draw_batch_faults(config.faults, rng, len(requests)),
+        "work": spool.start(store, file_id, ("responses",), total),
+        **draw_batch_faults(config.faults, rng, total),
     }
     return store.add_batch(store.google_batches, job)
+
+
+def _check_lines(store: Store, file_id: str) -> int:
+    """How many `{key, request}` lines the input file holds, read a line at a time; a line that is not one, or a
+    key used twice, refuses the batch."""
+    keys: set[str] = set()
+    with open(store.path(file_id), "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError:
+                raise InvalidArgument(f"Line {number} of the input file is not valid JSON.") from None
+            if not isinstance(item, dict) or not isinstance(item.get("key"), str) or "request" not in item:
+                raise InvalidArgument(f"Line {number} of the input file needs a `key` and a `request`.")
+            if item["key"] in keys:
+                raise InvalidArgument(f"Line {number}: the key {item['key']!r} is used more than once.")
+            keys.add(item["key"])
+    if not keys:
+        raise InvalidArgument("The input file holds no requests.")
+    return len(keys)
 
 
 def cancel(store: Store, job: dict[str, Any], now: float) -> None:
@@ -111,9 +118,10 @@ def cancel(store: Store, job: dict[str, Any], now: float) -> None:
 def operation(
     store: Store, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder
 ) -> dict[str, Any]:
-    """The batch as the API shows it: a long-running operation whose metadata is the GenerateContentBatch."""
+    """The batch as the API shows it: a long-running operation whose metadata is the GenerateContentBatch. Answers
+    the requests its schedule has reached since the last look."""
     if job["final"] is None:
-        _maybe_end(store, job, config, now, responder)
+        _advance(store, job, config, now, responder)
     t = schedule(job, config.timing)
     state = "BATCH_STATE_PENDING" if now < t.start else "BATCH_STATE_RUNNING"
     metadata: dict[str, Any] = {
@@ -134,19 +142,18 @@ def operation(
     return {"name": f"batches/{job['id']}", "metadata": metadata, "done": final is not None}
 
 
-def _maybe_end(store: Store, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
+def _advance(store: Store, job: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder) -> None:
     t = schedule(job, config.timing)
     candidates = [(t.finalized, "BATCH_STATE_SUCCEEDED"), (t.expire, "BATCH_STATE_EXPIRED")]
     if job["cancel_at"] is not None:
         candidates.append((job["cancel_at"] + config.timing.cancel_seconds, "BATCH_STATE_CANCELLED"))
     end, state = min(candidates)
-    if now < end:
-        return
     stop = t.expire if state == "BATCH_STATE_EXPIRED" else job["cancel_at"] or end
-    done = job["total"] if state == "BATCH_STATE_SUCCEEDED" else t.done_by(job["total"], stop)
-    lines, ok, failed = [], 0, 0
+    finished = state == "BATCH_STATE_SUCCEEDED" and now >= end
+    done = job["total"] if finished else t.done_by(job["total"], min(now, stop))
     failing = set(job["failing"])
-    for index, item in enumerate(job["requests"][:done]):  # only what finished has a line
+
+    def answer(index: int, item: dict[str, Any]) -> spool.Answered:
         key, request = item["key"], item["request"]
         problem = request_problem(request)
         if problem is None and index in failing:
@@ -157,19 +164,29 @@ def _maybe_end(store: Store, job: dict[str, Any], config: EmulatorConfig, now: f
             asked = {**request, "model": job["model"]}
             response = google_response(asked, responder, "batch:" + key)
             google_cached(store.caches, asked, response, now)
-            lines.append({"key": key, "response": response})
-            ok += 1
-            continue
-        lines.append({"key": key, "error": error})
-        failed += 1
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
-    stored = store.put_file(f"{job['id']}-responses.jsonl", "batch_output", data, int(end), prefix="")
-    stats = {
-        "requestCount": str(job["total"]),
-        "successfulRequestCount": str(ok),
-        "failedRequestCount": str(failed),
-        "pendingRequestCount": "0",
-    }
-    job["final"] = {"state": state, "ended": end, "file": stored.id, "stats": stats}
-    job["requests"] = []
-    store.save()
+            return "responses", {"key": key, "response": response}, {"ok": 1}
+        return "responses", {"key": key, "error": error}, {"failed": 1}
+
+    with store.lock:
+        if job["final"] is not None:  # another look ended it meanwhile
+            return
+        work = job["work"]
+        spool.advance(store, work, done, answer)
+        if now >= end and work["answered"] >= done:  # ends once caught up; what finished has a line, in input order
+            names = {"responses": (f"{job['id']}-responses.jsonl", "batch_output", "")}
+            kept = spool.finish(store, work, None, None, names, int(end))
+            tally = work["tally"]
+            stats = {
+                "requestCount": str(job["total"]),
+                "successfulRequestCount": str(tally.get("ok", 0)),
+                "failedRequestCount": str(tally.get("failed", 0)),
+                "pendingRequestCount": "0",
+            }
+            empty = "responses" not in kept  # nothing finished: an empty file, as the API still names one
+            stored = (
+                store.put_file(f"{job['id']}-responses.jsonl", "batch_output", b"", int(end), prefix="")
+                if empty
+                else kept["responses"]
+            )
+            job["final"] = {"state": state, "ended": end, "file": stored.id, "stats": stats}
+        store.save()

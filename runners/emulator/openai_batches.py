@@ -161,7 +161,15 @@ def cancel(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: flo
 def status(
     store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder | None
 ) -> dict[str, Any]:
-    """The Batch object as of ``now``; materialises the result files when the batch first reaches its end."""
+    """The Batch object as of ``now``, answering what its schedule has reached since the last look; materialises the
+    result files when the batch first reaches its end (one look at a time: the emulator's worker looks too)."""
+    with store.lock:
+        return _status(store, batch, config, now, responder)
+
+
+def _status(
+    store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder | None
+) -> dict[str, Any]:
     if batch["final"] is None:
         _maybe_finish(store, batch, config, now, responder)
     base = {
@@ -197,6 +205,7 @@ def status(
     done = t.done_by(batch["total"], reach)  # work stops where the batch expires or is cancelled
     if responder is not None:
         _answer(store, batch, config, responder, done, int(now))
+    done = min(done, batch["work"]["answered"])  # what is answered, when the answering lags the clock
     failed = batch["work"]["tally"].get("failed", 0)
     view = {
         **base,
@@ -236,7 +245,10 @@ def _maybe_finish(
         done = int(batch["total"])
     else:
         done = t.done_by(batch["total"], t.expire if outcome == "expired" else batch["cancel_at"])
-    _write_results(store, batch, config, responder, done, outcome, int(end))
+    _answer(store, batch, config, responder, done, int(end))
+    if batch["work"]["answered"] < done:
+        return  # the answering lags the clock: the batch ends once it has caught up
+    _write_results(store, batch, config, outcome, int(end))
     times = {"in_progress_at": int(t.start)}
     if outcome == "completed":
         times.update(finalizing_at=int(t.processed), completed_at=int(end))
@@ -303,17 +315,8 @@ def _response(status: int, body: dict[str, Any]) -> dict[str, Any]:
     return {"status_code": status, "request_id": secrets.token_hex(16), "body": body}
 
 
-def _write_results(
-    store: Store,
-    batch: dict[str, Any],
-    config: EmulatorConfig,
-    responder: Responder,
-    done: int,
-    outcome: str,
-    end: int,
-) -> None:
-    """Answer what the batch reached by its end (``done`` requests); the rest expired or were cancelled."""
-    _answer(store, batch, config, responder, done, end)
+def _write_results(store: Store, batch: dict[str, Any], config: EmulatorConfig, outcome: str, end: int) -> None:
+    """The result files of a batch whose reached requests are answered; the rest expired or were cancelled."""
     code = "batch_expired" if outcome == "expired" else "batch_cancelled"
     message = (
         "This request could not be executed before the completion window expired."

@@ -15,6 +15,7 @@ from nspec.errors import NspecError
 from nspec.runners.emulator.app import Emulation, build_app
 from nspec.runners.emulator.config import EmulatorConfig
 from nspec.runners.emulator.state import Clock
+from nspec.runners.emulator.worker import Worker
 
 
 class Emulator:
@@ -34,6 +35,7 @@ class Emulator:
             uvicorn.Config(build_app(self.emulation), log_level="critical", lifespan="off", access_log=False)
         )
         self._thread: threading.Thread | None = None
+        self._worker = Worker(self.emulation)
 
     @property
     def clock(self) -> Clock:
@@ -77,9 +79,11 @@ class Emulator:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise NspecError("the emulator did not start")
             time.sleep(0.01)
+        self._worker.start()
         return self
 
     def stop(self) -> None:
+        self._worker.stop()
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -89,8 +93,12 @@ class Emulator:
         """Run in the foreground until interrupted. uvicorn raises the SIGTERM it caught again once it has shut
         down; handled here, the process exits through Python, so the store's scratch folder is removed."""
         signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-        self._server.run(sockets=[self._socket])
-        self._socket.close()
+        self._worker.start()
+        try:
+            self._server.run(sockets=[self._socket])
+        finally:
+            self._worker.stop()
+            self._socket.close()
 
     def __enter__(self) -> Emulator:
         return self.start()

@@ -1,11 +1,12 @@
 """A batch's requests answered a line at a time as its schedule reaches them, in bounded memory.
 
-The requests stay in a file of the store, one JSON object per line. Each look at the batch answers the requests its
-clock says are done since the last look, appending result lines to spool files (one per result file the API has:
-OpenAI's output and error files, Anthropic's results). At the end, the requests never reached get their leftover
-line, and each spool is rewritten in shuffled order (the services promise no order) from its lines' offsets. What a
-batch holds in memory is its position and tallies, at any size; a restart with a state folder cuts the spools back to
-the sizes last saved, so a line is never answered twice.
+The requests stay in a file of the store, one JSON object per line. Each look at the batch (a poll, or the emulator's
+worker between polls) answers the requests its clock says are done since the last look, for at most `LOOK_SECONDS`,
+appending result lines to spool files (one per result file the API has: OpenAI's output and error files,
+Anthropic's results). A batch ends only once all it reached is answered; then the requests never reached get their
+leftover line (where the API writes one), and each spool is rewritten in shuffled order (the services promise no
+order) from its lines' offsets. What a batch holds in memory is its position and tallies, at any size; a restart
+with a state folder cuts the spools back to the sizes last saved, so a line is never answered twice.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any, BinaryIO
@@ -48,10 +50,23 @@ def requests(store: Store, file_id: str, offset: int = 0) -> Iterator[tuple[int,
                 yield offset, json.loads(line)
 
 
-def advance(store: Store, work: dict[str, Any], upto: int, answer: Callable[[int, dict[str, Any]], Answered]) -> None:
-    """Answer the requests before index ``upto`` not answered yet."""
+# The longest one look at a batch answers for: a poll comes back in about this long however far the clock has run
+# ahead of the answering, and the emulator's worker answers the rest between polls, as a service does.
+LOOK_SECONDS = 0.5
+
+
+def advance(
+    store: Store,
+    work: dict[str, Any],
+    upto: int,
+    answer: Callable[[int, dict[str, Any]], Answered],
+    budget: float | None = LOOK_SECONDS,
+) -> None:
+    """Answer the requests before index ``upto`` not answered yet, for at most ``budget`` seconds (None: all);
+    `work["answered"]` says how far it got."""
     if work["answered"] >= upto:
         return
+    deadline = None if budget is None else time.monotonic() + budget
     with ExitStack() as stack:
         handles = {}
         for name, spool in work["spools"].items():
@@ -67,7 +82,7 @@ def advance(store: Store, work: dict[str, Any], upto: int, answer: Callable[[int
             for key, n in counts.items():
                 tally[key] = tally.get(key, 0) + n
             work["offset"], work["answered"] = offset, work["answered"] + 1
-            if work["answered"] >= upto:
+            if work["answered"] >= upto or (deadline is not None and time.monotonic() > deadline):
                 break
 
 
@@ -79,22 +94,29 @@ def _record_size(spool: dict[str, Any], fh: BinaryIO) -> None:
 def finish(
     store: Store,
     work: dict[str, Any],
-    leftover: Callable[[int, dict[str, Any]], Answered],
-    seed: str,
+    leftover: Callable[[int, dict[str, Any]], Answered] | None,
+    seed: str | None,
     names: dict[str, tuple[str, str, str]],
     created_at: int,
 ) -> dict[str, StoredFile]:
-    """Give every request not answered its ``leftover`` line, then keep each spool that has lines as a stored file
-    in shuffled order: ``names`` maps a spool to (filename, purpose, id prefix)."""
-    advance(store, work, work["total"], leftover)
+    """Give every request not answered its ``leftover`` line (None: the API writes none for them), then keep each
+    spool that has lines as a stored file, shuffled by ``seed`` (None: in input order, as Gemini writes them):
+    ``names`` maps a spool to (filename, purpose, id prefix)."""
+    if leftover is not None:
+        advance(store, work, work["total"], leftover, budget=None)  # a line each, no answer: quick
     if work["owned"]:
         store.path(work["input"]).unlink(missing_ok=True)
     shuffle = random.Random(seed)
     kept = {}
     for name, spool in work["spools"].items():
         path = store.files_dir / spool["path"]
+        filename, purpose, prefix = names[name]
         if spool["size"] == 0:
             path.unlink(missing_ok=True)
+            continue
+        os.truncate(path, spool["size"])  # lines written after the last save belong to no answer
+        if seed is None:
+            kept[name] = store.adopt(path, filename, purpose, created_at, prefix)
             continue
         offsets = []
         with open(path, "rb") as fh:
@@ -109,6 +131,5 @@ def finish(
                     fh.seek(position)
                     out.write(fh.readline())
         path.unlink()
-        filename, purpose, prefix = names[name]
         kept[name] = store.adopt(out_path, filename, purpose, created_at, prefix)
     return kept
