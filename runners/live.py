@@ -56,6 +56,7 @@ MARGIN = 0.98  # pace a little under a limit, so clock jitter between us and the
 
 
 MAX_SLOTS = 1024  # calls in flight to one model, at most, however fast its limits and slow its answers
+PREFETCH = 64  # requests read ahead of the free slots, ready when one frees (each holds its prompt in memory)
 
 
 class Limiter:
@@ -263,7 +264,7 @@ async def run_live(
         for request in requests:
             if request.model not in callers:
                 callers[request.model] = LiveCaller(settings[request.model])
-            while len(tasks) >= 2 * sum(c.limiter.capacity for c in callers.values()):
+            while len(tasks) >= sum(c.limiter.capacity for c in callers.values()) + PREFETCH:
                 done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()  # a refusal raises here
