@@ -10,6 +10,7 @@ import re
 import zlib
 from array import array
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -372,11 +373,11 @@ def _record_final(ledger: Ledger, record: ResultRecord, costing: Costing) -> Non
     ledger.finish(record["cell_id"], state, error, usage, costing(record["model"], kind, usage), kind)
 
 
-def reconcile(results: ResultsFile, ledger: Ledger, unsettled: set[str], costing: Costing) -> None:
+def reconcile(results: ResultsFile, ledger: Ledger, unsettled: AbstractSet[str], costing: Costing) -> None:
     """Results in the file whose final state the ledger lacks (a crash came between writing one and recording it):
     recorded now as they are — their real outcome, tokens and source — so an error stays an error and its tokens
     are paid for in the totals."""
-    found = unsettled & results.ids
+    found = results.ids.intersection(unsettled)
     if found:
         for record in results.records(found):
             _record_final(ledger, record, costing)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,30 +120,36 @@ class Session:
     def _live(self, models: list[RunModel], results: ResultsFile, progress: RunProgress) -> None:
         """Register live and local models' requests (once) and send every one without a final result."""
         register_shards(self.run, self.ledger, self.stage, models, state="live")
-        wanted: list[str] = []
-        for model in models:
-            for state in ("pending", "submitted", "retry"):
-                wanted += [r["custom_id"] for r in self.ledger.requests_in(self.stage, model.label, state)]
-        if wanted:
-            self._send_live(wanted, results, progress)
+        wanted = (
+            row["custom_id"]
+            for model in models
+            for state in ("pending", "submitted", "retry")
+            for row in self.ledger.requests_in(self.stage, model.label, state)
+        )
+        self._send_live(wanted, results, progress)
 
-    def _send_live(self, custom_ids: list[str], results: ResultsFile, progress: RunProgress) -> None:
+    def _send_live(self, custom_ids: Iterable[str], results: ResultsFile, progress: RunProgress) -> None:
+        # One entry per request, each id held once: a live stage of 100,000 requests holds no more than that.
         unsettled = self.ledger.open_requests(custom_ids)
         costing = self.run.costing(self.stage)
-        reconcile(results, self.ledger, set(unsettled), costing)
-        by_model: dict[str, set[str]] = {}
+        reconcile(results, self.ledger, unsettled.keys(), costing)
+        by_model: dict[str, dict[str, int]] = {}  # model → its requests to send → their sizes
         for cid, model in unsettled.items():
             if cid not in results.ids:
-                by_model.setdefault(model, set()).add(cid)
+                by_model.setdefault(model, {})[cid] = 0
+        del unsettled
+        if not by_model:
+            return
         models = {m.label: m for m in self.run.models(self.stage)}
-        sizes = self._request_sizes(by_model)
-        if not sizes:
+        self._request_sizes(by_model)
+        total = sum(len(ids) for ids in by_model.values())
+        if not total:
             return
         for label, ids in by_model.items():  # before anything is sent: a limit no request fits is the spec's to fix
             limit = self.callers[label].limits.get("tokens_per_minute")
-            largest = max(ids, key=sizes.__getitem__)
+            largest = max(ids, key=ids.__getitem__)
             check_admissible(
-                LiveRequest(largest, label, models[label].provider, {}, sizes[largest]),
+                LiveRequest(largest, label, models[label].provider, {}, ids[largest]),
                 None if limit is None else (int(limit), "rate_limits.tokens_per_minute"),
             )
 
@@ -153,7 +159,7 @@ class Session:
                 for s in model.shards:
                     for cid, raw in shard_lines(self.run.path / s["file"]):
                         if cid in ids:
-                            yield LiveRequest(cid, label, model.provider, json.loads(raw), sizes[cid])
+                            yield LiveRequest(cid, label, model.provider, json.loads(raw), ids[cid])
 
         kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
@@ -166,7 +172,7 @@ class Session:
             failpoint("live-result")
 
         label = "/".join(sorted(set(kind.values())))
-        self.events(Event("live-start", self.stage, label, total=len(sizes)))
+        self.events(Event("live-start", self.stage, label, total=total))
 
         def on_result(request: LiveRequest, outcome: Outcome) -> None:
             record(request, outcome)
@@ -188,23 +194,23 @@ class Session:
                 "what came back is recorded, the rest was not sent (raise budget.max_usd or --max-usd to continue)"
             )
 
-    def _request_sizes(self, by_model: dict[str, set[str]]) -> dict[str, int]:
-        """Input plus answer budget of each request, for pacing: the answers' from cells.jsonl, counted at compile
-        (in the model's tokens); the judges' counted from their lines."""
-        wanted = set().union(*by_model.values()) if by_model else set()
+    def _request_sizes(self, by_model: dict[str, dict[str, int]]) -> None:
+        """Input plus answer budget of each request, for pacing, set in ``by_model``: the answers' from cells.jsonl,
+        counted at compile (in the model's tokens); the judges' counted from their lines."""
         if self.stage == "answers":
-            return {
-                cell["cell_id"]: cell["context_length"]["prompt"] + cell["max_tokens"]
-                for cell in self.run.cells()
-                if cell["cell_id"] in wanted
-            }
-        sizes = {}
+            for cell in self.run.cells():
+                for ids in by_model.values():
+                    if cell["cell_id"] in ids:
+                        ids[cell["cell_id"]] = cell["context_length"]["prompt"] + cell["max_tokens"]
+            return
         for model in self.run.models(self.stage):
-            for s in model.shards if model.label in by_model else []:
+            judged = by_model.get(model.label)
+            if judged is None:
+                continue
+            for s in model.shards:
                 for cid, raw in shard_lines(self.run.path / s["file"]):
-                    if cid in wanted:
-                        sizes[cid] = request_tokens(model.provider, json.loads(raw))
-        return sizes
+                    if cid in judged:
+                        judged[cid] = request_tokens(model.provider, json.loads(raw))
 
     def poll_schedule(self) -> tuple[float, float]:
         poll = self.run.spec.get("run", {}).get("poll", {})
