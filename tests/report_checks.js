@@ -107,6 +107,12 @@
     if (s.top > window.innerHeight) problem("the summary starts below the first screen");
     findings.facts.summaryRows = summary.querySelectorAll("tbody tr").length;
     findings.facts.titles = document.querySelectorAll("title").length;
+    const caching = document.querySelector("#caching table");  // only for runs with a cache control arm
+    if (caching) {
+      visible(caching, "the caching table");
+      findings.facts.cachingRows = caching.querySelectorAll("tbody tr").length;
+      findings.facts.cachingText = caching.querySelector("tbody tr").innerText;
+    }
     checkCharts();
     await clickHeatmap();
     findings.facts.resources = performance.getEntriesByType("resource").map((e) => e.name);

@@ -103,3 +103,22 @@ def test_what_a_reader_sees(spec_file, tmp_path, runs):
     assert facts["form"]["length"] == str(facts["clicked"]["length"])
     assert facts["resources"] == []  # nothing fetched: everything is in the page
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console
+
+
+def test_the_caching_section_is_on_screen(spec_file, tmp_path, monkeypatch):
+    """A run with a cache control arm: its pass rates against the cached cells' are a table a reader sees."""
+    import tests.test_audit
+
+    cached = tests.test_audit.SMALL.replace("context_lengths: [400, 900]", "context_lengths: [1500, 2500]").replace(
+        "{id: openai/gpt-4.1-mini,",
+        "{id: openai/gpt-4.1-mini, mode: live,",  # OpenAI caches live, not in batches
+    )
+    monkeypatch.setattr(tests.test_audit, "SMALL", cached + "cache: {mode: auto, control: 0.5}\n")  # long enough
+    run, cells = scored_run(spec_file, tmp_path)
+    assert {c["cache"]["arm"] for c in cells} == {"cached", "control"}
+    page = build_report([Run(run)])
+    found, console = render(page, tmp_path, checks=True)
+    assert found["problems"] == [], found
+    assert found["facts"]["cachingRows"] == 1
+    assert "openai/gpt-4.1-mini" in found["facts"]["cachingText"] and "%" in found["facts"]["cachingText"]
+    assert not [line for line in console if "rror" in line or "Uncaught" in line], console
