@@ -162,14 +162,16 @@ def advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: fl
     with store.lock:
         if batch["final"] is not None:  # another look ended it meanwhile
             return
-        spool.advance(store, batch["work"], done, answer)
+        moved = spool.advance(store, batch["work"], done, answer)
         if now >= end and batch["work"]["answered"] >= done:  # ends once the answering has caught up
             names = {"results": (f"{batch['id']}_results.jsonl", "batch_results", "results-")}
             kept = spool.finish(store, batch["work"], unreached, f"{config.seed}:{batch['id']}", names, int(end))
             counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
             counts.update({k: v for k, v in batch["work"]["tally"].items() if k in counts})
             batch["final"] = {"counts": counts, "ended": end, "results_file": kept["results"].id}
-        store.save()
+            moved = True
+        if moved:
+            store.save()
 
 
 def _param_problem(params: dict[str, Any]) -> str | None:

@@ -150,7 +150,7 @@ def _advance(
         if job["final"] is not None:  # another look ended it meanwhile
             return
         work = job["work"]
-        spool.advance(store, work, done, answer)
+        moved = spool.advance(store, work, done, answer)
         if now >= end and work["answered"] >= done:  # ends once the answering has caught up
             names = {name: (f"{job['id']}-{name}_file.jsonl", "batch_result", "") for name in ("output", "error")}
             kept = spool.finish(store, work, None, f"{config.seed}:{job['id']}", names, int(end))
@@ -165,4 +165,6 @@ def _advance(
                 "output_file": kept["output"].id if "output" in kept else None,
                 "error_file": kept["error"].id if "error" in kept else None,
             }
-        store.save()
+            moved = True
+        if moved:
+            store.save()

@@ -171,7 +171,7 @@ def _advance(store: Store, job: dict[str, Any], config: EmulatorConfig, now: flo
         if job["final"] is not None:  # another look ended it meanwhile
             return
         work = job["work"]
-        spool.advance(store, work, done, answer)
+        moved = spool.advance(store, work, done, answer)
         if now >= end and work["answered"] >= done:  # ends once caught up; what finished has a line, in input order
             names = {"responses": (f"{job['id']}-responses.jsonl", "batch_output", "")}
             kept = spool.finish(store, work, None, None, names, int(end))
@@ -189,4 +189,6 @@ def _advance(store: Store, job: dict[str, Any], config: EmulatorConfig, now: flo
                 else kept["responses"]
             )
             job["final"] = {"state": state, "ended": end, "file": stored.id, "stats": stats}
-        store.save()
+            moved = True
+        if moved:
+            store.save()

@@ -307,8 +307,8 @@ def _answer(
         return "output", {**line, "response": _response(200, answer), "error": None}, counts
 
     with store.lock:
-        spool.advance(store, batch["work"], upto, answer)
-        store.save()
+        if spool.advance(store, batch["work"], upto, answer):
+            store.save()
 
 
 def _response(status: int, body: dict[str, Any]) -> dict[str, Any]:

@@ -61,11 +61,11 @@ def advance(
     upto: int,
     answer: Callable[[int, dict[str, Any]], Answered],
     budget: float | None = LOOK_SECONDS,
-) -> None:
+) -> bool:
     """Answer the requests before index ``upto`` not answered yet, for at most ``budget`` seconds (None: all);
-    `work["answered"]` says how far it got."""
+    `work["answered"]` says how far it got. False when there was nothing to answer."""
     if work["answered"] >= upto:
-        return
+        return False
     deadline = None if budget is None else time.monotonic() + budget
     with ExitStack() as stack:
         handles = {}
@@ -84,6 +84,7 @@ def advance(
             work["offset"], work["answered"] = offset, work["answered"] + 1
             if work["answered"] >= upto or (deadline is not None and time.monotonic() > deadline):
                 break
+    return True
 
 
 def _record_size(spool: dict[str, Any], fh: BinaryIO) -> None:
