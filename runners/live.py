@@ -260,20 +260,35 @@ async def run_live(
         on_result(request, outcome)
 
     tasks: set[asyncio.Future[None]] = set()
+    ended: list[asyncio.Future[None]] = []  # tasks done since the last look (a refusal raises from its result)
+    room = asyncio.Event()
+
+    def end(task: asyncio.Future[None]) -> None:
+        tasks.discard(task)
+        ended.append(task)
+        room.set()
+
     try:
         for request in requests:
             if request.model not in callers:
                 callers[request.model] = LiveCaller(settings[request.model])
+            # Waiting for any of a thousand tasks with asyncio.wait costs a callback on each, every time: instead
+            # each task says when it ends.
             while len(tasks) >= sum(c.limiter.capacity for c in callers.values()) + PREFETCH:
-                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()  # a refusal raises here
+                room.clear()
+                await room.wait()
+            while ended:
+                ended.pop().result()
             if stop():
                 break
-            tasks.add(asyncio.ensure_future(one(request)))
+            sending = asyncio.ensure_future(one(request))
+            tasks.add(sending)
+            sending.add_done_callback(end)
         await asyncio.gather(*tasks)
+        for finished in ended:
+            finished.result()
     finally:
-        for task in tasks:
+        for task in list(tasks):
             task.cancel()
         for caller in callers.values():
             await caller.close()
