@@ -248,6 +248,18 @@ def _declared(function: Callable[..., Any]) -> frozenset[str]:
     return frozenset(inspect.signature(function).parameters)
 
 
+class ChatBodyLines(BaseProvider):
+    """A provider whose batch lines are `{custom_id, body}`, the body a chat request with `messages` and
+    `max_tokens` (Mistral's and Together's)."""
+
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        body = line["body"]
+        return count(json.dumps(body["messages"], ensure_ascii=False)) + int(body.get("max_tokens") or 0)
+
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        return chat_text(line["body"]["messages"])
+
+
 class Clients:
     """The SDK clients of one model's live calls, each carrying at most `PER_CLIENT` calls at once, made as more are
     in flight. An HTTP client's connection pool (httpcore's) walks all its connections on every request and keeps

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,8 @@ from typing import Any
 from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import (
-    BaseProvider,
+    ChatBodyLines,
     chat_messages,
-    chat_text,
     connection_error,
     request_failure,
     sdk,
@@ -91,7 +90,7 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     return parse_openai_line(line)
 
 
-class Mistral(BaseProvider):
+class Mistral(ChatBodyLines):
     name = "mistral"
     request_format = "mistral"
     key_variables = ("NSPEC_MISTRAL_API_KEY", "MISTRAL_API_KEY")
@@ -133,19 +132,12 @@ class Mistral(BaseProvider):
         body.update(body_params(params))
         return {"custom_id": custom_id, "body": body}
 
-    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
-        body = line["body"]
-        return count(json.dumps(body["messages"], ensure_ascii=False)) + int(body.get("max_tokens") or 0)
-
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         response_format = {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
         return {"response_format": response_format, **params}
 
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
-
-    def prompt_text(self, line: Mapping[str, Any]) -> str:
-        return chat_text(line["body"]["messages"])
 
     def batches(self, creds: Credentials) -> MistralBatches:
         return MistralBatches(creds)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,10 @@ from typing import Any
 from nspec.errors import NspecError
 from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
 from nspec.runners.providers import (
-    BaseProvider,
+    ChatBodyLines,
     Clients,
     answer_json,
     chat_messages,
-    chat_text,
     connection_error,
     request_failure,
     sdk,
@@ -54,7 +53,7 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     return parse_openai_line(line)
 
 
-class Together(BaseProvider):
+class Together(ChatBodyLines):
     name = "together"
     request_format = "together"
     key_variables = ("NSPEC_TOGETHER_API_KEY", "TOGETHER_API_KEY")
@@ -84,15 +83,8 @@ class Together(BaseProvider):
         body.update({_RENAMED.get(k, k): v for k, v in params.items() if v is not None})
         return {"custom_id": custom_id, "body": body}
 
-    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
-        body = line["body"]
-        return count(json.dumps(body["messages"], ensure_ascii=False)) + int(body.get("max_tokens") or 0)
-
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
-
-    def prompt_text(self, line: Mapping[str, Any]) -> str:
-        return chat_text(line["body"]["messages"])
 
     def batches(self, creds: Credentials) -> TogetherBatches:
         return TogetherBatches(creds)
