@@ -1,6 +1,7 @@
 """Report numbers: Wilson intervals, summary.csv and the summary at the top of index.html."""
 
 import csv
+import os
 
 import pytest
 
@@ -235,8 +236,13 @@ def test_view_serves_the_report_folder_on_this_machine_only(spec_file, tmp_path)
     import urllib.request
 
     run, _ = scored_run(spec_file, tmp_path)  # no report yet: view builds it first
+    errors = tmp_path / "view.err"
     server = subprocess.Popen(
-        [sys.executable, "-m", "nspec", "view", str(run), "--port", "0"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "nspec", "view", str(run), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=errors.open("w"),
+        text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # a SIGABRT prints where each thread is
     )
     try:
         line = server.stdout.readline()
@@ -253,7 +259,13 @@ def test_view_serves_the_report_folder_on_this_machine_only(spec_file, tmp_path)
             assert refused.value.code == 404
     finally:
         server.send_signal(signal.SIGINT)
-        assert server.wait(timeout=20) == 0
+        try:
+            code = server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.send_signal(signal.SIGABRT)
+            server.wait(timeout=20)
+            pytest.fail(f"nspec view did not stop on SIGINT; where it was:\n{errors.read_text()[-6000:]}")
+        assert code == 0, errors.read_text()
 
 
 def test_cells_parquet_has_the_csv_s_rows_with_types(spec_file, tmp_path):
