@@ -810,6 +810,7 @@ def view(
 ) -> None:
     """Serve the report and its cell browser on 127.0.0.1 and print the URL; Ctrl-C stops. Needed for runs whose
     cell data is too big to inline in the page (a browser does not let a page read files beside it)."""
+    import signal
     from pathlib import Path
 
     from nspec.runners import pipeline
@@ -818,6 +819,9 @@ def view(
     page = Path(run) / "report" / "index.html"
     if not page.is_file():
         page = pipeline.report([run])
+    # Ctrl-C stops even where the shell started nspec with SIGINT ignored (a background job of a script), in which
+    # case Python sets no handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         serve(page.parent, port, lambda url: _stdout().print(f"report: {url} (Ctrl-C stops)", markup=False))
     except OSError as exc:
