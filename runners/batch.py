@@ -146,12 +146,12 @@ class BatchRunner:
 
     def _reconcile(self, results: ResultsFile) -> None:
         """Results written before a crash that the ledger does not know as final yet."""
-        unsettled = {
+        unsettled = (  # streamed from the ledger: the results file's ids are the set it is matched against
             row["custom_id"]
             for model in self.batch_models
             for state in ("submitted", "retry", "pending")
             for row in self.ledger.requests_in(self.stage, model.label, state)
-        }
+        )
         reconcile(results, self.ledger, unsettled, self.costing)
 
     def _handle(self, results: ResultsFile, job: Job, outcome: Outcome, max_attempts: int, progress: Progress) -> None:

@@ -114,11 +114,8 @@ class Limiter:
         if not rates:
             return
         want = min(MAX_SLOTS, math.ceil(min(rates) * self.latency * 1.5) + 1)
-        while self.capacity < want:  # a semaphore takes more permits by being released
-            if self.retiring:
-                self.retiring -= 1
-            else:
-                self.slots.release()
+        while self.capacity < want:  # a slot added as one released is (a retirement still due is called off first)
+            self.release()
             self.capacity += 1
         if self.capacity > want:  # slots in use are retired as they come back
             self.retiring += self.capacity - want

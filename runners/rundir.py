@@ -9,8 +9,7 @@ import os
 import re
 import zlib
 from array import array
-from collections.abc import Callable, Iterator
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -256,15 +255,15 @@ _CELL_ID = re.compile(rb'^\{"cell_id":"([^"\\]*)"')
 
 
 def _cell_ids(path: Path) -> Iterator[str]:
-    """The cell ids of a results file. Its lines are written by `jsonl.encode` with the cell id first, so it is read
-    from the line's start; a line that does not start so is parsed whole."""
+    """The cell ids of a results file (see `_line_cell_id`); a line that is no result is refused, naming it."""
     with open(path, "rb") as fh:
-        for line in fh:
-            match = _CELL_ID.match(line)
-            if match is not None:
-                yield match.group(1).decode()
-            elif line.strip():
-                yield json.loads(line)["cell_id"]
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            cell_id = _line_cell_id(line)
+            if cell_id is None:
+                raise UserError(f"{path}:{number}: not a result line (a JSON object with a cell_id)")
+            yield cell_id.decode()
 
 
 class LineIndex:
@@ -373,7 +372,7 @@ def _record_final(ledger: Ledger, record: ResultRecord, costing: Costing) -> Non
     ledger.finish(record["cell_id"], state, error, usage, costing(record["model"], kind, usage), kind)
 
 
-def reconcile(results: ResultsFile, ledger: Ledger, unsettled: AbstractSet[str], costing: Costing) -> None:
+def reconcile(results: ResultsFile, ledger: Ledger, unsettled: Iterable[str], costing: Costing) -> None:
     """Results in the file whose final state the ledger lacks (a crash came between writing one and recording it):
     recorded now as they are — their real outcome, tokens and source — so an error stays an error and its tokens
     are paid for in the totals."""

@@ -143,8 +143,6 @@ class Session:
         models = {m.label: m for m in self.run.models(self.stage)}
         self._request_sizes(by_model)
         total = sum(len(ids) for ids in by_model.values())
-        if not total:
-            return
         for label, ids in by_model.items():  # before anything is sent: a limit no request fits is the spec's to fix
             limit = self.callers[label].limits.get("tokens_per_minute")
             largest = max(ids, key=ids.__getitem__)

@@ -170,7 +170,12 @@ def status(
 def _status(
     store: Store, batch: dict[str, Any], config: EmulatorConfig, now: float, responder: Responder | None
 ) -> dict[str, Any]:
+    t = schedule(batch, config.timing)
+    # Work stops where the batch expires or is cancelled.
+    reach = min(now, t.expire, batch["cancel_at"] if batch["cancel_at"] is not None else now)
     if batch["final"] is None:
+        if responder is not None and now >= t.start:
+            _answer(store, batch, config, responder, t.done_by(batch["total"], reach), int(now))
         _maybe_finish(store, batch, config, now, responder)
     base = {
         "id": batch["id"],
@@ -198,14 +203,10 @@ def _status(
     }
     if batch["final"] is not None:
         return {**base, **batch["final"]}
-    t = schedule(batch, config.timing)
     if now < t.start:
         return base
-    reach = min(now, t.expire, batch["cancel_at"] if batch["cancel_at"] is not None else now)
-    done = t.done_by(batch["total"], reach)  # work stops where the batch expires or is cancelled
-    if responder is not None:
-        _answer(store, batch, config, responder, done, int(now))
-    done = min(done, batch["work"]["answered"])  # what is answered, when the answering lags the clock
+    # What is answered, when the answering lags the clock.
+    done = min(t.done_by(batch["total"], reach), batch["work"]["answered"])
     failed = batch["work"]["tally"].get("failed", 0)
     view = {
         **base,
@@ -245,7 +246,6 @@ def _maybe_finish(
         done = int(batch["total"])
     else:
         done = t.done_by(batch["total"], t.expire if outcome == "expired" else batch["cancel_at"])
-    _answer(store, batch, config, responder, done, int(end))
     if batch["work"]["answered"] < done:
         return  # the answering lags the clock: the batch ends once it has caught up
     _write_results(store, batch, config, outcome, int(end))
