@@ -4,6 +4,7 @@ Lifecycles are stepped by advancing the emulator's clock, so nothing here sleeps
 """
 
 import json
+import math
 import re
 import time
 
@@ -413,6 +414,16 @@ def test_anthropic_batches_are_answered_as_their_schedule_reaches_them(make_emul
     assert sorted(r.custom_id for r in results) == sorted(f"req-{i}" for i in range(30))
     assert all(r.result.type == "succeeded" for r in results)
     assert not list((tmp_path / "state" / "files").glob("part-*"))  # the batch's working files are gone
+
+
+def test_a_batch_whose_time_is_up_has_done_every_request():
+    """Where the clock says all is processed, all is: not one short by the rounding of start + total x per."""
+    from nspec.runners.emulator.config import schedule
+
+    batch = {"created": 1795474075.123, "total": 99_999, "slow": 1, "expire_fraction": None}
+    t = schedule(batch, Timing(validate_seconds=0, seconds_per_request=0.0002, finalize_seconds=0))
+    assert math.floor((t.processed - t.start) / t.per) == 99_998  # what the arithmetic alone gives
+    assert t.done_by(99_999, t.processed) == 99_999 and t.done_by(99_999, t.processed - 0.0002) < 99_999
 
 
 def test_mistral_jobs_are_answered_as_their_schedule_reaches_them_and_a_cancel_keeps_what_finished(

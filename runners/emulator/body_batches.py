@@ -130,7 +130,7 @@ def _advance(
         candidates.append((job["cancel_at"] + config.timing.cancel_seconds, "cancelled"))
     end, status = min(candidates)
     stop = t.expire if status == "expired" else job["cancel_at"] or end
-    done = job["total"] if status == "done" and now >= end else t.done_by(job["total"], min(now, stop))
+    done = t.done_by(job["total"], min(now, stop))
     failing = set(job["failing"])
 
     def answer(index: int, request: dict[str, Any]) -> spool.Answered:

@@ -175,7 +175,7 @@ class Schedule:
         """How many of the batch's ``total`` requests are processed at ``at``."""
         if at <= self.start:
             return 0
-        if self.per <= 0:
+        if self.per <= 0 or at >= self.processed:  # (not left to rounding: a batch whose time is up has done all)
             return total
         return min(total, math.floor((at - self.start) / self.per))
 

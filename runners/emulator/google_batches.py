@@ -149,8 +149,7 @@ def _advance(store: Store, job: dict[str, Any], config: EmulatorConfig, now: flo
         candidates.append((job["cancel_at"] + config.timing.cancel_seconds, "BATCH_STATE_CANCELLED"))
     end, state = min(candidates)
     stop = t.expire if state == "BATCH_STATE_EXPIRED" else job["cancel_at"] or end
-    finished = state == "BATCH_STATE_SUCCEEDED" and now >= end
-    done = job["total"] if finished else t.done_by(job["total"], min(now, stop))
+    done = t.done_by(job["total"], min(now, stop))
     failing = set(job["failing"])
 
     def answer(index: int, item: dict[str, Any]) -> spool.Answered:
