@@ -83,6 +83,24 @@ MaxCells = Annotated[
     int,
     typer.Option("--max-cells", min=1, help="Refuse a grid of more cells than this, before any work."),
 ]
+MaxWait = Annotated[
+    float | None,
+    typer.Option(
+        "--max-wait",
+        min=0.0,
+        metavar="SECONDS",
+        help="With --wait: give up waiting after this long (exit 3; running the command again continues). Waiting "
+        "also gives up when a round fails exactly as the last one did, 8 rounds in a row.",
+    ),
+]
+RetryErrors = Annotated[
+    bool,
+    typer.Option(
+        "--retry-errors",
+        help="First send again the requests whose final result is an error that trying again may fix (a 5xx, a "
+        "batch that expired, a result missing from its batch), each with a new budget of attempts.",
+    ),
+]
 AllowPaths = Annotated[
     list[str] | None,
     typer.Option(
@@ -378,12 +396,31 @@ def _print_status(report: dict[str, Any]) -> None:
     console.print(table)
     for m in report["models"]:
         for b in m["batches"]:
-            age = "" if b["age_seconds"] is None else f", {b['age_seconds']}s old"
+            kind = "" if b["origin"] == "created" else f"{b['origin']} "
+            state = b["state"] if b["state"] != "open" else b["provider_status"] or "created"
+            cost = "" if b["cost_usd"] is None or b["origin"] != "surplus" else f", cost {_usd(b['cost_usd'])}"
+            age = f"{b['age_seconds']}s old"
+            line = f"{m['model']}: {kind}batch {b['batch_id']} {state} ({b['requests']} requests, {age}{cost})"
+            if b["note"]:
+                line += f": {b['note']}"
+            console.print(line, markup=False)
+            _print_error(console, m["model"], b)
+        for job in m["unsent"]:
+            console.print(f"{m['model']}: {job['shard']} not sent yet ({job['state']})", markup=False)
+            _print_error(console, m["model"], job)
+        if m["lost"]:
             console.print(
-                f"{m['model']}: batch {b['batch_id']} {b['provider_status'] or b['state']} "
-                f"({b['requests']} requests, attempt {b['attempt']}{age})",
+                f"{m['model']}: {m['lost']} results recorded in the ledger are missing from the results file: "
+                f"`nspec collect {report['run']}` fetches them again",
                 markup=False,
             )
+
+
+def _print_error(console: Console, model: str, held: dict[str, Any]) -> None:
+    """The last error of a batch or job, and how many times in a row it came."""
+    if held["error"]:
+        times = f" ({held['error_repeats']} times in a row)" if held["error_repeats"] > 1 else ""
+        console.print(Text.assemble((f"{model}: last error{times}: ", "yellow"), held["error"]))
 
 
 @app.command()
@@ -395,10 +432,20 @@ def collect(
         typer.Option("--from", help="Import an output file of `vllm run-batch` (OpenAI batch-output lines)."),
     ] = None,
     wait_lock: WaitLock = False,
+    max_wait: MaxWait = None,
+    retry_errors: RetryErrors = False,
+    resend_lost: Annotated[
+        bool,
+        typer.Option(
+            "--resend-lost",
+            help="Send again (paid) the requests whose result the ledger records but the results file lost and no "
+            "provider keeps any more (live answers).",
+        ),
+    ] = False,
 ) -> None:
     """Download finished results into answers/results.jsonl; resubmit failed and expired requests per the retry
-    policy. With --from, import results computed elsewhere instead. Exit 3 while requests are pending, 4 if some
-    ended without an answer."""
+    policy; fetch again results the results file lost. With --from, import results computed elsewhere instead. Exit
+    3 while requests are pending, 4 if some ended without an answer."""
     from nspec.runners import pipeline
 
     if from_file is not None:
@@ -413,10 +460,18 @@ def collect(
         _finish(imported.missing, imported.failed)
         return
     with _Progress() as events:
-        got = pipeline.collect(run, wait, events, wait_lock=wait_lock)
+        got = pipeline.collect(
+            run,
+            wait,
+            events,
+            wait_lock=wait_lock,
+            max_wait=max_wait,
+            retry_errors=retry_errors,
+            resend_lost=resend_lost,
+        )
     for stage, n in got.collected.items():
         _stdout().print(f"{stage}: {n} results collected", markup=False)
-    _finish(got.pending, got.failed)
+    _finish(got.pending, got.failed, got.failures)
 
 
 @app.command()
@@ -456,13 +511,14 @@ def score(
     run: Annotated[str, typer.Argument(help="The run directory.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the judges' verdicts.")] = False,
     wait_lock: WaitLock = False,
+    max_wait: MaxWait = None,
 ) -> None:
     """Grade every answer: deterministic scorers first, then the spec's judges (a second batch stage) for what they
     leave undecided; scores.jsonl. Exit 3 while judge requests are pending, 4 if judges gave too few verdicts."""
     from nspec.runners import pipeline
 
     with _Progress() as events:
-        scored = pipeline.score(run, wait, events, wait_lock=wait_lock)
+        scored = pipeline.score(run, wait, events, wait_lock=wait_lock, max_wait=max_wait)
     _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
     _finish_grading(scored)
 
@@ -507,6 +563,8 @@ def run_command(
     max_cells: MaxCells = DEFAULT_MAX_CELLS,
     wait_lock: WaitLock = False,
     max_usd: MaxUsd = None,
+    max_wait: MaxWait = None,
+    retry_errors: RetryErrors = False,
 ) -> None:
     """Compile, submit, collect, score and report; running it again continues where it stopped.
     Exit 3 while batches are pending (for cron: run again later)."""
@@ -514,12 +572,14 @@ def run_command(
 
     console = _stdout()
     with _Progress() as events:
-        ran = pipeline.run(spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd)
+        ran = pipeline.run(
+            spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd, max_wait, retry_errors
+        )
     if ran.scored is not None:
         console.print("scores: " + _verdicts(ran.scored.counts), markup=False)
     if ran.report is not None:
         console.print(f"report: {ran.report}", markup=False)
-    _finish(ran.pending, ran.collected.failed)
+    _finish(ran.pending, ran.collected.failed, ran.collected.failures)
     if ran.scored is not None:
         _finish_grading(ran.scored)
 
@@ -717,6 +777,12 @@ class _Progress:
             _stderr().print(f"{event.detail} is working in it; waiting", markup=False)
         elif event.name == "waiting":
             _stderr().print(f"{event.pending} requests pending; polling again in {event.delay:.0f}s", markup=False)
+        elif event.name == "failing":
+            _stderr().print(Text.assemble((f"{event.kind}: ", "yellow"), event.detail))
+        elif event.name == "rate-wait":
+            _stderr().print(f"{event.kind}: {event.detail}; waiting {event.delay:.1f}s", markup=False)
+        elif event.name == "restored":
+            _stderr().print(f"{event.total} results lost from the results file fetched again", markup=False)
         elif event.name == "live-start" and sys.stderr.isatty():
             self.bar = Progress(
                 TextColumn(event.kind),
@@ -754,13 +820,19 @@ class _Progress:
         self._stop()
 
 
-def _finish(pending: int, failed: int) -> None:
-    """Exit 3 while requests are pending (for cron: run again later), 4 if some ended without an answer."""
+def _finish(pending: int, failed: int, failures: dict[str, tuple[int, str]] | None = None) -> None:
+    """Exit 3 while requests are pending (for cron: run again later), 4 if some ended without an answer (saying
+    why, per error code)."""
     if pending:
         _stderr().print(f"{pending} requests pending", markup=False)
         raise typer.Exit(3)
     if failed:
-        _stderr().print(f"{failed} requests ended without an answer", markup=False)
+        err = _stderr()
+        err.print(f"{failed} requests ended without an answer", markup=False)
+        for code, (count, message) in sorted((failures or {}).items(), key=lambda item: -item[1][0]):
+            err.print(f"  {count} {code}" + (f": {message[:300]}" if message else ""), markup=False)
+        if failures:
+            err.print("  `--retry-errors` sends again those that trying again may fix", markup=False)
         raise typer.Exit(4)
 
 

@@ -15,13 +15,19 @@
     ├── ProviderError          a provider call failed in a way that trying again later may fix (exit 3)
     │   ├── RateLimited        429: the provider asked us to wait
     │   ├── ServerError        5xx, overloaded
-    │   └── ConnectionFailed   no response, or a body cut off mid-way
+    │   ├── ConnectionFailed   no response, or a body cut off mid-way
+    │   ├── MalformedResponse  a response that is not what the API documents (a gateway's page, a field of the
+    │   │                      wrong type, an id of an unsafe shape), named by its endpoint
+    │   └── StillFailing       `--wait` gave up: the same failure kept coming back, or `--max-wait` passed
     └── RunBusy                another nspec process is working on the run directory (exit 3: run again later)
 
 Storage faults (an OSError such as ENOSPC while writing the run directory) are turned into `StorageError` by
 `storage_error`, naming the file; what was recorded before stays, and the same command resumes once fixed.
-Providers map their SDK's exceptions into this tree at the boundary (`nspec.providers.Provider.error`); the runners
-retry what is transient and stop on a refusal before making more calls, recording nothing as an answer. The CLI
+Providers map their SDK's exceptions into this tree at the boundary (`nspec.runners.providers.guard`), and read
+every byte a provider sends as untrusted: what does not parse is a `MalformedResponse` (a control call) or a bad line
+of a result file (`nspec.runners.providers.BadLine`), never an exception of Python's own. The runners retry what is
+transient and stop on a refusal before making more calls, recording nothing as an answer. A provider's message
+never carries a key nspec sent: `Refused` and `ProviderError` redact them (`nspec.secrets`). The CLI
 turns these into exit codes in one place (``nspec.cli.main``). Anything else escaping is a bug: the CLI reports it
 as an internal error (exit 1).
 """
@@ -33,6 +39,8 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from nspec.secrets import redact
 
 
 @dataclass(frozen=True, order=True)
@@ -139,7 +147,7 @@ class Refused(UserError):
 
     def __init__(self, provider: str, model: str, message: str, status: int | None = None) -> None:
         self.provider, self.model, self.status = provider, model, status
-        super().__init__(message)
+        super().__init__(redact(message))
 
 
 class AuthenticationFailed(Refused):
@@ -167,7 +175,7 @@ class ProviderError(NspecError):
 
     def __init__(self, provider: str, message: str, status: int | None = None) -> None:
         self.provider, self.status = provider, status
-        super().__init__(message)
+        super().__init__(redact(message))
 
 
 class RateLimited(ProviderError):
@@ -191,6 +199,17 @@ class ServerError(ProviderError):
 
 class ConnectionFailed(ProviderError):
     """No response, or a response body cut off mid-way."""
+
+
+class MalformedResponse(ProviderError):
+    """A response that is not what the API documents: a body that is not JSON (a gateway's HTML page, a body cut
+    off), a field missing or of the wrong type, an id of a shape nspec will not put in a path or a URL. Tried again
+    at the next round, like a connection that failed."""
+
+
+class StillFailing(ProviderError):
+    """`--wait` gave up: the same failure came back round after round (`MAX_IDENTICAL_FAILURES`), or `--max-wait`
+    passed. Nothing is lost; running the same command again resumes."""
 
 
 class BudgetSpent(NspecError):

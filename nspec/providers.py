@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
+from nspec import secrets
 from nspec.compiler.prices import Usage
 from nspec.errors import AuthenticationFailed, UserError
 
@@ -82,6 +84,21 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class BadLine:
+    """A line of a provider's result file that is not a well-formed result: its number, the reason, the request id
+    where one could be read (that request then counts as missing and is sent again), and the downloaded file, kept
+    under the run directory for whoever wants to look."""
+
+    custom_id: str | None
+    number: int
+    reason: str
+    kept: Path
+
+    def __str__(self) -> str:
+        return f"line {self.number} of {self.kept}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class BatchView:
     """A provider batch as last seen."""
 
@@ -91,6 +108,31 @@ class BatchView:
     done: int  # requests finished (either way) as far as the provider says
     total: int
     output_files: tuple[str, ...] = ()  # files to download, where the provider has them
+
+    def __post_init__(self) -> None:
+        # Read from a provider's answer: a field of the wrong type raises here, inside the call's guard, so it is a
+        # malformed response and not a crash further on.
+        provider_id(self.batch_id, "batch id")
+        for file_id in self.output_files:
+            provider_id(file_id, "file id")
+        if not isinstance(self.status, str) or not isinstance(self.ended, bool):
+            raise TypeError(f"batch status {self.status!r:.80}, ended {self.ended!r:.20}")
+        for count in (self.done, self.total):
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise TypeError(f"request count {count!r:.40}")
+
+
+# What a provider's id (a batch's, a file's) may look like before nspec puts it in a file name or a URL path: letters,
+# digits and `_.:-`, with at most one `/` between two such words (Gemini's `batches/...` and `files/...`).
+_PROVIDER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}(?:/[A-Za-z0-9][A-Za-z0-9_.:-]{0,199})?")
+
+
+def provider_id(value: Any, what: str) -> str:
+    """``value`` if it is an id of a safe shape; a ValueError (a malformed response, where a provider's answer is
+    read) if not: an id like `/../../x` must never steer a download or a keyed request elsewhere."""
+    if isinstance(value, str) and _PROVIDER_ID.fullmatch(value) and ".." not in value:
+        return value
+    raise ValueError(f"{what} {value!r:.80} is not of a safe shape")
 
 
 @dataclass(frozen=True)
@@ -118,13 +160,20 @@ class RateHeaders(NamedTuple):
 
 
 class BatchClient(Protocol):
-    """A provider's batch I/O. Every method raises nspec errors (`Refused`, `ProviderError`), never the SDK's."""
+    """A provider's batch I/O. Every method raises nspec errors (`Refused`, `ProviderError`), never the SDK's, and
+    reads what the provider sends as untrusted input (`nspec.runners.providers.guard`)."""
+
+    # Whether `find` matches a shard's batches exactly (by metadata this folder wrote, or by the file it uploaded):
+    # a second match is then a surplus batch of ours, cancelled; otherwise it may be anyone's, and is left alone.
+    finds_exactly: bool
 
     def upload(self, shard: Path) -> str: ...
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str: ...
-    def find(self, metadata: dict[str, str], after: float) -> list[str]:
-        """Batches created after ``after`` (Unix seconds) that may be this shard's, best match first: how a create
-        call interrupted before its batch id was recorded is found again."""
+    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
+        """Batches that may be this shard's, created after ``after`` (Unix seconds, less the clock skew the provider
+        allows for), each with its creation time: how a create call interrupted before its batch id was recorded is
+        found again. Create calls are not retried by the SDK (a lost answer may have made a batch): the runner finds
+        and adopts one, and cancels the rest."""
         ...
 
     def poll(self, batch_id: str) -> BatchView: ...
@@ -132,7 +181,11 @@ class BatchClient(Protocol):
         """Why a batch failed as a whole."""
         ...
 
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]: ...
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
+        """The batch's results, a line at a time, each an `Outcome` or, where the provider wrote something that is
+        no result, a `BadLine` (the other lines are still read)."""
+        ...
+
     def cancel(self, batch_id: str) -> None: ...
 
 
@@ -452,6 +505,7 @@ def credentials(entry: Mapping[str, Any]) -> Credentials:
             if not os.environ.get(str(value["env"])):
                 raise UserError(f"{label}: header {header} is read from {value['env']}, which is not set")
             value = os.environ[str(value["env"])]
+            secrets.register(value)  # read from the environment: a secret, cut from every message kept
         headers[str(header)] = str(value)
     query = {str(k): str(v) for k, v in (entry.get("query") or {}).items()}
     base_url = entry.get("base_url") or api.default_base_url()
@@ -465,6 +519,7 @@ def credentials(entry: Mapping[str, Any]) -> Credentials:
     found = next((n for n in candidates if os.environ.get(n)), None)
     if found is None:
         raise AuthenticationFailed(name, label, f"no API key for {label}: set {' or '.join(candidates)}")
+    secrets.register(os.environ[found])
     return Credentials(os.environ[found], base_url, found, headers, query, api.connection(entry))
 
 

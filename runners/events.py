@@ -19,7 +19,10 @@ class Event:
     - ``destinations``: where requests will go and with which key variables (``detail``), before any is sent;
     - ``lock-wait``: another process works in the run directory (``detail`` names it); waiting for it to finish;
     - ``counted``: calibrate asked one more count of the model ``detail``;
-    - ``count-wait``: calibrate waits ``delay`` seconds before asking again (``detail`` says why).
+    - ``count-wait``: calibrate waits ``delay`` seconds before asking again (``detail`` says why);
+    - ``rate-wait``: live calls of the model ``kind`` wait ``delay`` seconds (``detail`` says why: a 429, a 5xx);
+    - ``failing``: something of ``kind`` (a model, a batch) failed this round, ``detail`` says how; it is tried again;
+    - ``restored``: ``total`` results lost from the results file were fetched again from the provider.
     """
 
     name: str

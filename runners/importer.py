@@ -18,6 +18,7 @@ from nspec.compiler.prices import Usage as TokenUsage
 from nspec.errors import UserError
 from nspec.inputs import open_regular
 from nspec.providers import OPENAI_CHAT, Outcome, names, provider
+from nspec.runners.providers import DATA_ERRORS, checked
 from nspec.runners.rundir import ResultsFile, Run, record_outcome, shard_lines
 
 
@@ -93,6 +94,6 @@ def _parse_line(parse: Callable[[Mapping[str, Any]], Outcome], raw: bytes, where
     if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
         raise UserError(f"{where}: not a batch output line (a JSON object with a custom_id)")
     try:
-        return parse(line)
-    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+        return checked(parse(line))
+    except DATA_ERRORS as exc:
         raise UserError(f"{where}: not a batch output line ({type(exc).__name__}: {exc})") from None

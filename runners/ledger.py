@@ -1,12 +1,18 @@
 """The ledger (`ledger.sqlite` in the run directory): every job (one shard sent as one provider batch), every
-remote call's intent and result, every request's state. Each write about a job is its own committed transaction,
-made before and after the remote call it describes, so a process killed at any point resumes without paying twice:
+remote call's intent and result, every batch ever created or found, every request's state. Each write about a job is
+its own committed transaction, made before and after the remote call it describes, so a process killed at any point
+resumes without paying twice:
 
     job state     planned → uploaded → creating → created → collected      (or → failed, for a refused batch)
     request state pending → submitted → done | retry → submitted ... | failed (attempts used up)
+    batch state   open → ended            a job's batch, polled until it ends, then collected
+                  open → released         adopted after a crash, but its results are not the shard's: not ours
+                  surplus → cancelling → cancelled   a second batch of one shard (a create whose answer was lost):
+                                          cancelled, and its cost counted once it has ended
 
 A job in `creating` is one whose create call may or may not have reached the provider: resuming looks for the batch
-before creating another (see `runners.batch`).
+before creating another (see `runners.batch`). A job's last error (`error`, and how many times in a row it came
+back, `error_repeats`) is kept until the job's next call succeeds: `status` and `--wait` show it.
 
 A request's final state is committed in groups (`GROUP_ROWS` of them, or whatever `GROUP_SECONDS` gathered): its
 result is already in the stage's results file, written first, and a start after a crash records again from that file
@@ -19,6 +25,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -29,6 +36,7 @@ from typing import Any
 
 from nspec.compiler.prices import Usage
 from nspec.errors import UserError
+from nspec.secrets import redact
 
 # The ledger's schema, as ordered migrations: MIGRATIONS[i] brings a ledger from version i to i + 1, and the version
 # reached is kept in SQLite's `user_version`. A ledger made before versions were recorded (tables, user_version 0)
@@ -81,6 +89,34 @@ MIGRATIONS = (
     """,
     # 4: collecting a batch asks for its job's submitted requests; without this index each job scans its model's.
     "CREATE INDEX requests_by_job ON requests (job_id, state);",
+    # 5: every batch ever created or found stays on record (a job's batch id is replaced when its batch is released);
+    # whether a job's batch was adopted after a crash (only such a batch can turn out not to be ours); how often a
+    # job's error came back in a row; a request's attempts before `--retry-errors` gave it a new budget; the
+    # folder's own token (in batch metadata, so another folder's batches of the same spec are never taken for ours).
+    """
+    ALTER TABLE jobs ADD COLUMN adopted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN error_repeats INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE requests ADD COLUMN budget_from INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE batches (
+        batch_id TEXT PRIMARY KEY,
+        job_id INTEGER NOT NULL,
+        stage TEXT NOT NULL,
+        model TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        state TEXT NOT NULL,
+        provider_status TEXT,
+        requests INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        note TEXT,
+        cost_usd REAL
+    );
+    INSERT INTO batches (batch_id, job_id, stage, model, origin, state, provider_status, requests, created_at)
+        SELECT batch_id, id, stage, model, 'created',
+            CASE WHEN state IN ('collected', 'failed') THEN 'ended' ELSE 'open' END,
+            provider_status, requests, COALESCE(created_at, 0)
+        FROM jobs WHERE batch_id IS NOT NULL;
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
 )
 VERSION = len(MIGRATIONS)
 GROUP_ROWS = 512  # final states committed together: one fsync for many results
@@ -123,6 +159,27 @@ class Job:
     intent_at: float | None
     created_at: float | None
     error: str | None
+    adopted: int
+    error_repeats: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A provider batch on record (see the module's doc for its states)."""
+
+    batch_id: str
+    job_id: int
+    stage: str
+    model: str
+    origin: (
+        str  # created | adopted | surplus | seen (a candidate of an inexact search, not adopted, not ours to cancel)
+    )
+    state: str
+    provider_status: str | None
+    requests: int
+    created_at: float
+    note: str | None
+    cost_usd: float | None
 
 
 # What SQLite says when the file system, not the ledger, is at fault.
@@ -176,8 +233,10 @@ class Ledger:
             return
         with self._transaction() as db:
             db.executemany(
-                "UPDATE requests SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?,"
-                " cache_write_tokens = ?, cost_usd = ?, source = ? WHERE custom_id = ?",
+                # A request sent again after a final state (`resend`) adds its new cost to what was paid before.
+                "UPDATE requests SET state = ?1, error = ?2, input_tokens = ?3, output_tokens = ?4,"
+                " cache_read_tokens = ?5, cache_write_tokens = ?6, cost_usd = CASE WHEN budget_from > 0 AND"
+                " cost_usd IS NOT NULL THEN cost_usd + COALESCE(?7, 0) ELSE ?7 END, source = ?8 WHERE custom_id = ?9",
                 self._finished.values(),
             )
         self._finished.clear()
@@ -241,13 +300,30 @@ class Ledger:
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE jobs SET {names} WHERE id = ?", [*fields.values(), job_id])
 
-    def job_created(self, job_id: int, batch_id: str) -> None:
-        """The create call returned: the job and its requests are now in the provider's hands."""
+    def job_failed(self, job_id: int, message: str) -> None:
+        """A call about the job failed: its error, counted when it is the same as the last."""
+        message = redact(message)[:500]
+        self._write(
+            "UPDATE jobs SET error_repeats = CASE WHEN error = ? THEN error_repeats + 1 ELSE 1 END, error = ?"
+            " WHERE id = ?",
+            (message, message, job_id),
+        )
+
+    def job_created(self, job_id: int, batch_id: str, adopted: bool = False) -> None:
+        """The create call returned (or, ``adopted``, its batch was found again): the job and its requests are now
+        in the provider's hands, and the batch is on record for good."""
         self.flush()
+        now = time.time()
         with self._transaction() as db:
             db.execute(
-                "UPDATE jobs SET state = 'created', batch_id = ?, created_at = ? WHERE id = ?",
-                (batch_id, time.time(), job_id),
+                "UPDATE jobs SET state = 'created', batch_id = ?, created_at = ?, adopted = ?, error = NULL,"
+                " error_repeats = 0 WHERE id = ?",
+                (batch_id, now, int(adopted), job_id),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO batches (batch_id, job_id, stage, model, origin, state, requests, created_at)"
+                " SELECT ?, id, stage, model, ?, 'open', requests, ? FROM jobs WHERE id = ?",
+                (batch_id, "adopted" if adopted else "created", now, job_id),
             )
             db.execute(
                 "UPDATE requests SET state = 'submitted', attempts = attempts + 1, job_id = ?"
@@ -256,8 +332,47 @@ class Ledger:
                 (job_id, job_id),
             )
 
+    def job_released(self, job: Job, why: str) -> None:
+        """The job's batch, adopted after a crash, is not its own: the batch stays on record as released, and the
+        job goes back to be created again (its requests stay submitted to the job meanwhile)."""
+        self.flush()
+        with self._transaction() as db:
+            db.execute("UPDATE batches SET state = 'released', note = ? WHERE batch_id = ?", (why, job.batch_id))
+            db.execute("UPDATE jobs SET state = 'planned', batch_id = NULL, adopted = 0 WHERE id = ?", (job.id,))
+
+    def add_batch(self, job: Job, batch_id: str, origin: str, state: str, created_at: float, note: str) -> None:
+        """A batch found beside the job's own (a surplus one to cancel, or a candidate seen and left alone)."""
+        self._write(
+            "INSERT OR IGNORE INTO batches (batch_id, job_id, stage, model, origin, state, requests, created_at,"
+            " note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (batch_id, job.id, job.stage, job.model, origin, state, job.requests, created_at, note),
+        )
+
+    def update_batch(self, batch_id: str, **fields: Any) -> None:
+        names = ", ".join(f"{k} = ?" for k in fields)
+        self._write(f"UPDATE batches SET {names} WHERE batch_id = ?", [*fields.values(), batch_id])
+
+    def batches(self, stage: str, states: tuple[str, ...] | None = None) -> list[Batch]:
+        sql, args = "SELECT * FROM batches WHERE stage = ?", [stage]
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args += list(states)
+        rows = self.db.execute(sql + " ORDER BY created_at, batch_id", args).fetchall()
+        return [Batch(**{k: row[k] for k in Batch.__dataclass_fields__}) for row in rows]
+
     def known_batch_ids(self) -> set[str]:
-        return {row[0] for row in self.db.execute("SELECT batch_id FROM jobs WHERE batch_id IS NOT NULL")}
+        """Every batch id on record, whatever became of it."""
+        return {row[0] for row in self.db.execute("SELECT batch_id FROM batches")}
+
+    def folder_token(self) -> str:
+        """This run folder's own token, made once: batches carry it where they carry metadata, so a folder never
+        adopts a batch another folder of the same spec created."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'folder'").fetchone()
+        if row is not None:
+            return str(row[0])
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('folder', ?)", (secrets.token_hex(8),))
+        return str(self.db.execute("SELECT value FROM meta WHERE key = 'folder'").fetchone()[0])
 
     # -- requests ------------------------------------------------------------------------------------------------
 
@@ -315,6 +430,25 @@ class Ledger:
             db.executemany(
                 "UPDATE requests SET state = 'retry', shard = ? WHERE custom_id = ?",
                 [(shard, cid) for cid in custom_ids],
+            )
+
+    def final_requests(self, stage: str) -> Iterator[tuple[str, str, int | None, str]]:
+        """(custom_id, source, job_id, model) of every request of ``stage`` with a final state, streamed."""
+        self.flush()
+        yield from self.db.execute(
+            "SELECT custom_id, COALESCE(source, ''), job_id, model FROM requests"
+            " WHERE stage = ? AND state IN ('done', 'failed')",
+            (stage,),
+        )
+
+    def resend(self, custom_ids: list[str]) -> None:
+        """Send these requests again, whatever their final state, with a new budget of attempts (their attempts so
+        far kept on record): a retryable error asked again (`--retry-errors`), a result lost from the results file."""
+        self.flush()
+        with self._transaction() as db:
+            db.executemany(
+                "UPDATE requests SET state = 'retry', budget_from = attempts, error = NULL WHERE custom_id = ?",
+                [(cid,) for cid in custom_ids],
             )
 
     def submitted_to(self, job_id: int) -> set[str]:

@@ -3,8 +3,14 @@
 Per model, a limiter holds a concurrency cap and token buckets for requests and tokens per minute (input plus the
 request's max_tokens), from the spec's `rate_limits`. The rate-limit headers of every response tighten it further:
 when a provider says a budget is spent, calls wait for its reset instead of provoking a 429. A 429 or a 5xx is
-retried after `retry-after-ms` / `retry-after` when given, else after an exponential backoff with jitter. Each result
-is appended as it arrives, so a crash loses only the requests in flight.
+retried after `retry-after-ms` / `retry-after` when given (a finite, non-negative number of seconds or an HTTP date;
+anything else is ignored), else after an exponential backoff with jitter; waits of a second or more are said.
+
+A 429 is never a request's final result: it says nothing about the request. A model that answers 429 for longer than
+a run waits — asked to wait more than `RETRY_AFTER_CAP`, or `MAX_RATE_WAITS` 429s in a row — or fails
+`BREAKER` calls in a row (5xx, connections cut) is closed for the rest of the call: its requests stay pending, the
+reason is said, and the next run continues. Each result is appended as it arrives, so a crash loses only the
+requests in flight.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import ProviderError, RateLimited, UserError
 from nspec.providers import Credentials, Outcome, RateHeaders, provider
+from nspec.runners.providers import RETRY_AFTER_CAP
 
 
 @dataclass
@@ -159,28 +166,40 @@ class LiveCaller:
     """Sends one model's live requests through its provider's live client, paced by its limiter: the policy of
     retries is here, the protocol in the provider."""
 
-    MAX_RATE_WAITS = 100  # a provider that keeps answering 429 for this long is down, not busy
+    MAX_RATE_WAITS = 100  # 429s in a row, across the model's calls: it is down or out of quota, not busy
+    BREAKER = 25  # other transient failures in a row, across the model's calls: it is down for now
+    SAY_EVERY = 5.0  # seconds between two reports of a wait
 
-    def __init__(self, settings: CallerSettings, backoff_max: float = 30.0) -> None:
+    def __init__(
+        self, settings: CallerSettings, on_wait: Callable[[str, float, str], None], backoff_max: float = 30.0
+    ) -> None:
         self.api = provider(settings.provider)
         adaptive = "concurrency" not in settings.limits
         self.limiter = Limiter({"concurrency": self.api.default_concurrency, **settings.limits}, adaptive)
         self.attempts = settings.attempts
         self.backoff, self.backoff_max = settings.backoff, backoff_max
         self.client = self.api.live(settings.creds, settings.limits)
+        self.on_wait = on_wait
         self.rate_limited = 0  # 429s received
+        self.rate_streak = self.failure_streak = 0  # 429s and other transient failures since the last answer
+        self.closed: str | None = None  # why no more calls are made to the model in this run
+        self.said = -math.inf  # when a wait was last reported
 
     async def close(self) -> None:
         await self.client.close()
 
-    async def call(self, request: LiveRequest) -> Outcome:
-        """Send one request; a 429 waits and goes again without using up an attempt (it says nothing about the
-        request), other transient failures use one each. A refusal (a wrong key, an unknown model) raises: nothing
-        more is sent for the model, and nothing is recorded as the request's answer."""
-        failures = rate_waits = 0
-        while True:
+    async def call(self, request: LiveRequest) -> Outcome | None:
+        """Send one request. A 429 waits and goes again without using up an attempt (it says nothing about the
+        request), other transient failures use one each. None when the model was closed for this run (see the
+        module's doc): the request is left pending. A refusal (a wrong key, an unknown model) raises: nothing more is
+        sent for the model, and nothing is recorded as the request's answer."""
+        failures = 0
+        while self.closed is None:
             check_admissible(request, self.limiter.token_limit)
             await self.limiter.acquire(request.tokens)
+            if self.closed is not None:  # closed while this call waited its turn
+                self.limiter.release()
+                break
             sent = time.monotonic()
             try:
                 outcome, headers = await self.client.send(request.line)
@@ -199,19 +218,44 @@ class LiveCaller:
             if headers is not None:
                 self.limiter.learn(self.api.rate_headers(headers))
             if outcome.status == "ok" or not outcome.retryable:
+                self.rate_streak = self.failure_streak = 0
                 return outcome
             if limited:
                 self.rate_limited += 1
-            if limited and wait is not None:
-                self.limiter.pause(wait)  # the provider asked every request of this model to wait
-            if limited and rate_waits < self.MAX_RATE_WAITS:
-                rate_waits += 1
+                self.rate_streak += 1
+                if wait is not None and wait > RETRY_AFTER_CAP:
+                    self.closed = (
+                        f"{request.model}: rate limited, and asked to wait {wait:,.0f}s, more than a run waits "
+                        f"({RETRY_AFTER_CAP:.0f}s); run again later"
+                    )
+                elif self.rate_streak >= self.MAX_RATE_WAITS:
+                    self.closed = f"{request.model}: rate limited {self.rate_streak} times in a row; run again later"
+                if wait is not None:
+                    self.limiter.pause(wait)  # the provider asked every request of this model to wait
             else:
+                self.failure_streak += 1
                 failures += 1
-                if failures >= self.attempts:
+                if self.failure_streak >= self.BREAKER:
+                    self.closed = (
+                        f"{request.model}: {self.failure_streak} calls in a row failed, the last: "
+                        f"{(outcome.error or {}).get('message')}; run again later"
+                    )
+                elif failures >= self.attempts:
                     return outcome
-            pause = wait if wait is not None else min(self.backoff_max, self.backoff * 2 ** (failures + rate_waits))
-            await asyncio.sleep(pause * (1 + 0.25 * random.random()))  # jitter spreads the herd
+            if self.closed is not None:
+                break
+            streak = self.rate_streak if limited else failures
+            pause = wait if wait is not None else min(self.backoff_max, self.backoff * 2**streak)
+            pause *= 1 + 0.25 * random.random()  # jitter spreads the herd
+            self._say(request.model, pause, "rate limited (429)" if limited else f"{outcome.error}")
+            await asyncio.sleep(pause)
+        return None
+
+    def _say(self, model: str, seconds: float, why: str) -> None:
+        now = time.monotonic()
+        if seconds >= 1.0 and now - self.said >= self.SAY_EVERY:
+            self.said = now
+            self.on_wait(model, seconds, why)
 
 
 def check_admissible(request: LiveRequest, token_limit: tuple[int, str] | None) -> None:
@@ -237,24 +281,35 @@ class CallerSettings:
     backoff: float = 0.5
 
 
+@dataclass
+class LiveReport:
+    """What a `run_live` call met: 429s received, and the models closed for the rest of it, with why."""
+
+    rate_limited: int = 0
+    closed: dict[str, str] = field(default_factory=dict)
+
+
 async def run_live(
     settings: dict[str, CallerSettings],
     requests: Iterable[LiveRequest],
     on_result: Callable[[LiveRequest, Outcome], None],
     stop: Callable[[], bool] = lambda: False,
-) -> int:
-    """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives. Returns the
-    number of 429s received. Requests are taken from ``requests`` as slots free up (a few more than can be in
-    flight wait their turn), so a run of any size holds only those. A refusal stops the run: requests still in
-    flight are abandoned unrecorded. Once ``stop()`` is true no request is sent any more (those in flight come back
-    and are recorded)."""
+    on_wait: Callable[[str, float, str], None] = lambda model, seconds, why: None,
+) -> LiveReport:
+    """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives, ``on_wait``
+    each wait of a second or more (now and then). Requests are taken from ``requests`` as slots free up (a few more
+    than can be in flight wait their turn), so a run of any size holds only those. A refusal stops the run: requests
+    still in flight are abandoned unrecorded. Once ``stop()`` is true no request is sent any more (those in flight
+    come back and are recorded); the requests of a model closed for this run (see the module's doc) are left
+    pending."""
     callers: dict[str, LiveCaller] = {}  # made at a model's first request: only models with requests need clients
 
     async def one(request: LiveRequest) -> None:
         if stop():
             return
         outcome = await callers[request.model].call(request)
-        on_result(request, outcome)
+        if outcome is not None:
+            on_result(request, outcome)
 
     tasks: set[asyncio.Future[None]] = set()
     ended: list[asyncio.Future[None]] = []  # tasks done since the last look (a refusal raises from its result)
@@ -268,7 +323,9 @@ async def run_live(
     try:
         for request in requests:
             if request.model not in callers:
-                callers[request.model] = LiveCaller(settings[request.model])
+                callers[request.model] = LiveCaller(settings[request.model], on_wait)
+            if callers[request.model].closed is not None:
+                continue
             # Waiting for any of a thousand tasks with asyncio.wait costs a callback on each, every time: instead
             # each task says when it ends.
             while len(tasks) >= sum(c.limiter.capacity for c in callers.values()) + PREFETCH:
@@ -289,7 +346,8 @@ async def run_live(
             task.cancel()
         for caller in callers.values():
             await caller.close()
-    return sum(c.rate_limited for c in callers.values())
+    closed = {label: c.closed for label, c in callers.items() if c.closed is not None}
+    return LiveReport(sum(c.rate_limited for c in callers.values()), closed)
 
 
 def request_tokens(provider_name: str, line: Mapping[str, Any]) -> int:

@@ -13,6 +13,7 @@ the CLI's start-up).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from nspec.runners.events import Event, Listener, ignore
 from nspec.runners.export import Exported, export_vllm
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
-from nspec.runners.rundir import Run, exclusive
-from nspec.runners.session import Session, grade, set_scoring, stage_status, stages
+from nspec.runners.rundir import Run, check_results, exclusive
+from nspec.runners.session import Session, failure_summary, grade, set_scoring, stage_status, stages
 from nspec.spec import load_spec
 
 
@@ -53,6 +54,9 @@ class Collected:
     collected: dict[str, int]  # results written now, per stage
     pending: int
     failed: int
+    # Why requests ended without an answer: per error code, how many and the first one's message (it names the
+    # batch a missing result was missing from).
+    failures: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,22 +149,36 @@ def submit(
 
 
 def collect(
-    run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5, wait_lock: bool = False
+    run: str | Path,
+    wait: bool = False,
+    events: Listener = ignore,
+    live_backoff: float = 0.5,
+    wait_lock: bool = False,
+    max_wait: float | None = None,
+    retry_errors: bool = False,
+    resend_lost: bool = False,
 ) -> Collected:
-    """Download finished results of every stage; resubmit failed and expired requests per the retry policy. With
-    ``wait``, poll until nothing is pending."""
+    """Download finished results of every stage; resubmit failed and expired requests per the retry policy; fetch
+    again results the results file lost. With ``wait``, poll until nothing is pending (giving up after
+    ``max_wait`` seconds, or when the same failure keeps coming back: `StillFailing`). ``retry_errors`` first sends
+    again the requests whose final result is an error trying again may fix; ``resend_lost``, those whose result was
+    lost and cannot be fetched again."""
     collected: dict[str, int] = {}
     pending = failed = 0
     with _lock(run, wait_lock, events):
         for stage in stages(Run(run)):
             session = Session.open(str(run), live_backoff, stage=stage, events=events)
             try:
-                progress = session.collect(wait)
+                if retry_errors:
+                    session.retry_errors()
+                if resend_lost:
+                    session.resend_lost()
+                progress = session.collect(wait, max_wait)
             finally:
                 session.close()
             collected[stage] = progress.collected
             pending, failed = pending + progress.pending, failed + progress.failed
-    return Collected(collected, pending, failed)
+    return Collected(collected, pending, failed, failure_summary(Run(run)) if failed else {})
 
 
 def collect_from(
@@ -177,12 +195,17 @@ def export(run: str | Path, shards: int, served_model_name: str | None, stage: s
 
 
 def score(
-    run: str | Path, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5, wait_lock: bool = False
+    run: str | Path,
+    wait: bool = False,
+    events: Listener = ignore,
+    live_backoff: float = 0.5,
+    wait_lock: bool = False,
+    max_wait: float | None = None,
 ) -> Scored:
     """Grade every answer: scorers first, then the spec's judges (a second batch stage) for what they leave open."""
     with _lock(run, wait_lock, events):
         Run(run).require("answers")
-        counts, pending = grade(str(run), wait, events, live_backoff)
+        counts, pending = grade(str(run), wait, events, live_backoff, max_wait)
     return Scored(counts, pending)
 
 
@@ -208,6 +231,7 @@ def report(runs: list[str | Path], out: str | Path | None = None) -> Path:
     opened = [Run(r) for r in runs]
     for each in opened:
         each.require("scores")
+        check_results(each)
     folder = Path(out) if out else Path(runs[0]) / "report"
     with writing(folder):
         return build_report(opened, folder)
@@ -246,19 +270,35 @@ def run(
     max_cells: int = DEFAULT_MAX_CELLS,
     wait_lock: bool = False,
     max_usd: float | None = None,
+    max_wait: float | None = None,
+    retry_errors: bool = False,
 ) -> Ran:
     """Compile, submit, collect, score and report; calling it again continues where it stopped. Without ``wait``
-    it returns as soon as something is pending (``Ran.pending``)."""
+    it returns as soon as something is pending (``Ran.pending``); with it, waiting gives up after ``max_wait``
+    seconds or when the same failure keeps coming back. ``retry_errors`` first sends again the requests whose final
+    result is an error that trying again may fix."""
     compiled = compile_spec(spec_file, out, allowed, max_cells)
     path = compiled.path
     events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
     events(Event("compiled", detail=str(path)))
+    started = time.monotonic()
+
+    def left() -> float | None:
+        return None if max_wait is None else max(0.0, max_wait - (time.monotonic() - started))
+
     with _lock(path, wait_lock, events):
+        if retry_errors:
+            for stage in stages(Run(path)):
+                session = Session.open(str(path), stage=stage, events=events)
+                try:
+                    session.retry_errors()
+                finally:
+                    session.close()
         sent = submit(path, events, announce=False, max_usd=max_usd)
-        got = collect(path, wait, events)
+        got = collect(path, wait, events, max_wait=left())
         if got.pending:
             return Ran(path, sent, got)
-        scored = score(path, wait, events)
+        scored = score(path, wait, events, max_wait=left())
         if scored.pending:
             return Ran(path, sent, got, scored)
         return Ran(path, sent, got, scored, report([path]))

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from ruamel.yaml import YAML
 
@@ -27,6 +27,7 @@ from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard
 from nspec.rundir import RunPaths
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Ledger
+from nspec.secrets import redact
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class ResultsFile:
         self.ids: set[str] = set()
         if path.exists():
             self._repair()
-            self.ids = set(_cell_ids(path))
+            self.ids = set(cell_ids(path))
         self._fh: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed in close()
 
     def _repair(self) -> None:
@@ -254,8 +255,11 @@ class ResultsFile:
 _CELL_ID = re.compile(rb'^\{"cell_id":"([^"\\]*)"')
 
 
-def _cell_ids(path: Path) -> Iterator[str]:
-    """The cell ids of a results file (see `_line_cell_id`); a line that is no result is refused, naming it."""
+def cell_ids(path: Path) -> Iterator[str]:
+    """The cell ids of a results file (see `_line_cell_id`); a line that is no result is refused, naming it. Nothing
+    when the file does not exist."""
+    if not path.is_file():
+        return
     with open(path, "rb") as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
@@ -343,7 +347,21 @@ def record_outcome(
     """A request's final outcome: its line in the stage's results file, then its state and cost in the ledger (in
     that order, so a crash between the two is repaired from the file on the next start). ``source["kind"]`` says
     how it was obtained. False, with nothing written, when the cell has a result already."""
+    record = result_record(stage, model, outcome, source)
+    if not results.append(record):
+        return False
+    failpoint("after-append")
+    _record_final(ledger, record, costing)
+    return True
+
+
+def result_record(stage: str, model: str, outcome: Outcome, source: dict[str, Any]) -> ResultRecord:
+    """The results file's line of a final outcome."""
     usage: Usage = {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens}
+    error = outcome.error
+    if error is not None:  # a provider's words, which a gateway may have filled with the key it received
+        error = {k: redact(v) if isinstance(v, str) else v for k, v in error.items()}
+        error.setdefault("retryable", outcome.retryable)
     for name in ("cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens"):
         if getattr(outcome, name):
             usage[name] = getattr(outcome, name)
@@ -355,14 +373,10 @@ def record_outcome(
         "text": outcome.text,
         "finish_reason": outcome.finish_reason,
         "usage": usage,
-        "error": outcome.error,
+        "error": error,
         "source": source,
     }
-    if not results.append(record):
-        return False
-    failpoint("after-append")
-    _record_final(ledger, record, costing)
-    return True
+    return record
 
 
 def _record_final(ledger: Ledger, record: ResultRecord, costing: Costing) -> None:
@@ -380,3 +394,52 @@ def reconcile(results: ResultsFile, ledger: Ledger, unsettled: Iterable[str], co
     if found:
         for record in results.records(found):
             _record_final(ledger, record, costing)
+
+
+def drop_results(path: Path, cell_ids: set[str], between: Callable[[], None]) -> None:
+    """Take the lines of ``cell_ids`` out of the results file ``path``: the rest is copied a line at a time beside it
+    and renamed over it. ``between`` runs once the copy is complete and before the rename (the ledger is told
+    there: a crash before the rename leaves the lines in place, and the ledger records them again as it finds them)."""
+    part = path.with_name(path.name + ".part")
+    with writing(part), open(path, "rb") as src, open(part, "wb") as out:
+        for line in src:
+            cell_id = _line_cell_id(line)
+            if cell_id is None or cell_id.decode() not in cell_ids:
+                out.write(line)
+        out.flush()
+        os.fsync(out.fileno())
+    between()
+    part.replace(path)
+
+
+class Lost(NamedTuple):
+    """A result the ledger records as final that the results file lacks."""
+
+    source: str  # how it came: batch, live, local, ...
+    job_id: int | None  # the job it was last sent in
+    model: str
+
+
+def lost_results(ledger: Ledger, stage: str, present: set[str]) -> dict[str, Lost]:
+    """The requests of ``stage`` the ledger records as final whose line is not among ``present`` (the results
+    file's ids)."""
+    return {row[0]: Lost(*row[1:]) for row in ledger.final_requests(stage) if row[0] not in present}
+
+
+def check_results(run: Run, stage: str = "answers") -> None:
+    """Refuse, naming the count and the command that repairs it, a results file that lacks results the ledger
+    records as final: scoring or reporting it would shrink the run's figures without a word."""
+    if not run.paths.ledger.is_file():
+        return
+    path = run.paths.results(stage)
+    present = set(cell_ids(path))
+    ledger = run.ledger()
+    try:
+        lost = lost_results(ledger, stage, present)
+    finally:
+        ledger.close()
+    if lost:
+        raise UserError(
+            f"{len(lost)} results the ledger records are missing from {path} (lines lost to a bad sync, a partial "
+            f"restore, a deleted file): `nspec collect {run.path}` fetches them again from the provider"
+        )

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.compiler.prices import price_for
-from nspec.errors import BudgetSpent, UserError
+from nspec.errors import BudgetSpent, StillFailing, UserError
 from nspec.providers import Outcome, credentials
+from nspec.records import ResultRecord
 from nspec.runners.batch import BatchRunner
 from nspec.runners.batch import Progress as RunProgress
 from nspec.runners.events import Event, Listener, ignore
@@ -25,6 +26,10 @@ from nspec.runners.rundir import (
     ResultsFile,
     Run,
     RunModel,
+    cell_ids,
+    check_results,
+    drop_results,
+    lost_results,
     reconcile,
     record_outcome,
     register_shards,
@@ -33,6 +38,8 @@ from nspec.runners.rundir import (
 
 # Modes whose requests go one by one from this process: live calls (flex ones too), and the local engine.
 _DIRECT = ("live", "flex", "local")
+# Rounds of `--wait` that made no progress and failed exactly as the one before, before waiting gives up.
+MAX_IDENTICAL_FAILURES = 8
 
 
 @dataclass
@@ -72,22 +79,44 @@ class Session:
 
     def submit(self) -> RunProgress:
         progress = RunProgress()
-        self.batch.submit(progress)
-        results = ResultsFile(self.run.paths.results(self.stage))
         try:
-            self._live([m for m in self.run.models(self.stage) if m.mode in _DIRECT], results, progress)
+            self.batch.submit(progress)
+            results = ResultsFile(self.run.paths.results(self.stage))
+            try:
+                self._live([m for m in self.run.models(self.stage) if m.mode in _DIRECT], results, progress)
+            finally:
+                results.close()
         finally:
-            results.close()
+            self._say_errors(progress)
         self._count(progress)
         return progress
 
-    def collect(self, wait: bool = False) -> RunProgress:
+    def collect(self, wait: bool = False, max_wait: float | None = None) -> RunProgress:
         """Collect what is ready; with ``wait``, poll on the spec's backing-off schedule until nothing is pending
-        (a `waiting` event before each sleep)."""
+        (a `waiting` event before each sleep, a `failing` event for each failure of a round). Waiting gives up
+        (`StillFailing`) when a round made no progress and failed exactly as the last one did,
+        `MAX_IDENTICAL_FAILURES` rounds in a row, or when ``max_wait`` seconds would pass."""
+        started = time.monotonic()
         progress = self._collect_once()
         low, high = self.poll_schedule()
-        delay = low
+        delay, streak, last = low, 0, None
         while wait and progress.pending:
+            stuck = progress.errors and not (progress.collected or progress.created or progress.adopted)
+            streak = streak + 1 if stuck and progress.errors == last else 1 if stuck else 0
+            last = progress.errors
+            if streak >= MAX_IDENTICAL_FAILURES:
+                failures = "; ".join(f"{where}: {error}" for where, error in progress.errors.items())
+                raise StillFailing(
+                    "waiting",
+                    f"gave up waiting: the same failure came back {streak} rounds in a row ({failures}); "
+                    f"{progress.pending} requests pending; run the same command again to continue",
+                )
+            if max_wait is not None and time.monotonic() - started + delay > max_wait:
+                raise StillFailing(
+                    "waiting",
+                    f"gave up waiting: --max-wait passed; {progress.pending} requests pending; run the same command "
+                    "again to continue",
+                )
             self.events(Event("waiting", self.stage, pending=progress.pending, delay=delay))
             time.sleep(delay)
             progress = self._collect_once()
@@ -98,14 +127,60 @@ class Session:
         progress = RunProgress()
         results = ResultsFile(self.run.paths.results(self.stage))
         try:
+            self._restore_lost(results)
             self.batch.collect(results, progress)
             if progress.live:
                 self._send_live(progress.live, results, progress)
             self._live([m for m in self.run.models(self.stage) if m.mode in _DIRECT], results, progress)
         finally:
             results.close()
+            self._say_errors(progress)
         self._count(progress)
         return progress
+
+    def retry_errors(self) -> int:
+        """Send again the requests whose final result is an error that trying again may fix (a 5xx, a batch that
+        expired, a result missing from its batch): their lines leave the results file and each gets a new budget of
+        attempts, sent by the next submit or collect. Returns how many."""
+        path = self.run.paths.results(self.stage)
+        wanted = {record["cell_id"] for record in self.run.results(self.stage) if retryable(record)}
+        if wanted:
+            drop_results(path, wanted, lambda: self.ledger.resend(sorted(wanted)))
+        return len(wanted)
+
+    def resend_lost(self) -> int:
+        """Send again the requests whose final result the ledger records but the results file lacks and no provider
+        keeps any more. Returns how many."""
+        results = ResultsFile(self.run.paths.results(self.stage))
+        try:
+            lost = sorted(lost_results(self.ledger, self.stage, results.ids))
+        finally:
+            results.close()
+        self.ledger.resend(lost)
+        return len(lost)
+
+    def _say_errors(self, progress: RunProgress) -> None:
+        for where, error in progress.errors.items():
+            self.events(Event("failing", self.stage, where, detail=error))
+
+    def _restore_lost(self, results: ResultsFile) -> None:
+        """Results the ledger records as final that the results file lacks (lines lost to a bad sync, a partial
+        restore, a deleted file): fetched again from their batches' output files, which the providers keep for
+        weeks. What cannot be fetched again (a live answer, a batch the provider no longer has) is refused with the
+        command that asks it again: scores never shrink silently."""
+        lost = lost_results(self.ledger, self.stage, results.ids)
+        if not lost:
+            return
+        restored = self.batch.restore(results, lost)
+        if restored:
+            self.events(Event("restored", self.stage, total=restored))
+        left = [cid for cid in lost if cid not in results.ids]
+        if left:
+            raise UserError(
+                f"{len(left)} results recorded in the ledger are missing from {results.path} and cannot be fetched "
+                f"again (live answers, or batches the provider no longer keeps): `nspec collect {self.run.path} "
+                "--resend-lost` asks them again (paid)"
+            )
 
     def _count(self, progress: RunProgress) -> None:
         counts = self.ledger.counts(self.stage)
@@ -182,10 +257,15 @@ class Session:
         def over_budget() -> bool:
             return cap is not None and spent + cost[0] >= cap
 
+        def on_wait(model: str, seconds: float, why: str) -> None:
+            self.events(Event("rate-wait", self.stage, model, delay=seconds, detail=why))
+
         try:
-            progress.rate_limited += asyncio.run(run_live(self.callers, requests(), on_result, over_budget))
+            report = asyncio.run(run_live(self.callers, requests(), on_result, over_budget, on_wait))
         finally:
             self.events(Event("live-end", self.stage, label))
+        progress.rate_limited += report.rate_limited
+        progress.errors.update(report.closed)
         if over_budget():
             raise BudgetSpent(
                 f"live calls stopped at the budget of ${cap:,.2f}: ${spent + cost[0]:,.4f} spent in this stage; "
@@ -215,18 +295,70 @@ class Session:
         return float(poll.get("min_seconds", 10)), float(poll.get("max_seconds", 300))
 
 
+# Error codes of results written before results said whether they may be retried, that trying again may fix.
+_RETRYABLE_CODES = ("429", "connection", "missing", "bad_line", "not_text", "batch_expired")
+
+
+def retryable(record: ResultRecord) -> bool:
+    """Whether a final result is an error that sending the request again may fix."""
+    if record["status"] == "ok":
+        return False
+    error = record["error"] or {}
+    if "retryable" in error:
+        return bool(error["retryable"])
+    code = str(error.get("code"))
+    return record["status"] == "expired" or code in _RETRYABLE_CODES or (code.isdigit() and int(code) >= 500)
+
+
 def stage_status(run: Run, ledger: Ledger, stage: str) -> dict[str, Any]:
-    """What is pending, done and failed in a stage, per model, from the ledger alone: no key, no provider call."""
+    """What is pending, done and failed in a stage, per model, from the ledger and the results file: no key, no
+    provider call. Every batch on record is listed (released and surplus ones too, a surplus batch's cost counted),
+    with the last error of its job; so is a job whose upload or create keeps failing. ``lost`` counts results the
+    ledger records that the results file lacks (`nspec collect` fetches them again)."""
     now = time.time()
     counts = ledger.counts(stage)
+    present = set(cell_ids(run.paths.results(stage)))
+    lost: dict[str, int] = {}
+    for missing in lost_results(ledger, stage, present).values():
+        lost[missing.model] = lost.get(missing.model, 0) + 1
+    jobs = ledger.jobs(stage)
+    errors = {j.batch_id: (j.error, j.error_repeats) for j in jobs if j.error and j.batch_id}
     models = []
     for model in run.models(stage):
         entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
         known = price_for(model.entry["id"], model.entry.get("price")) is not None
+        batches = [b for b in ledger.batches(stage) if b.model == model.label]
+        surplus = sum(b.cost_usd or 0.0 for b in batches if b.origin == "surplus")
         # Priced request by request as recorded; unknown when the price is, or when some results had none.
-        cost = round(entry["cost_usd"], 4) if known and not entry.get("unpriced") else None
+        cost = round(entry["cost_usd"] + surplus, 4) if known and not entry.get("unpriced") else None
         total = sum(s["requests"] for s in model.shards)
         states = entry["states"]
+        listed = [
+            {
+                "batch_id": b.batch_id,
+                "origin": b.origin,
+                "state": b.state,
+                "provider_status": b.provider_status,
+                "requests": b.requests,
+                "age_seconds": round(now - b.created_at),
+                "note": b.note,
+                "cost_usd": b.cost_usd,
+                "error": errors.get(b.batch_id, (None, 0))[0],
+                "error_repeats": errors.get(b.batch_id, (None, 0))[1],
+            }
+            for b in batches
+        ]
+        unsent = [  # jobs whose batch does not exist yet, with the error that holds them back
+            {
+                "shard": j.shard,
+                "state": j.state,
+                "requests": j.requests,
+                "error": j.error,
+                "error_repeats": j.error_repeats,
+            }
+            for j in jobs
+            if j.model == model.label and j.batch_id is None and j.error
+        ]
         models.append(
             {
                 "model": model.label,
@@ -236,26 +368,29 @@ def stage_status(run: Run, ledger: Ledger, stage: str) -> dict[str, Any]:
                 "failed": states.get("failed", 0),
                 "retrying": states.get("retry", 0),
                 "pending": total - states.get("done", 0) - states.get("failed", 0),
+                "lost": lost.get(model.label, 0),
                 "input_tokens": entry["input_tokens"],
                 "cache_read_tokens": entry.get("cache_read_tokens", 0),
                 "cache_write_tokens": entry.get("cache_write_tokens", 0),
                 "output_tokens": entry["output_tokens"],
                 "cost_usd": cost,
-                "batches": [
-                    {
-                        "batch_id": j.batch_id,
-                        "state": j.state,
-                        "provider_status": j.provider_status,
-                        "requests": j.requests,
-                        "attempt": j.attempt,
-                        "age_seconds": None if j.created_at is None else round(now - j.created_at),
-                    }
-                    for j in ledger.jobs(stage)
-                    if j.model == model.label and j.batch_id
-                ],
+                "batches": listed,
+                "unsent": unsent,
             }
         )
     return {"run": str(run.path), "run_id": run.run_id, "stage": stage, "models": models}
+
+
+def failure_summary(run: Run) -> dict[str, tuple[int, str]]:
+    """Why the answers that ended without one did: per error code, how many, and the first one's message."""
+    found: dict[str, tuple[int, str]] = {}
+    for record in run.results("answers"):
+        if record["status"] != "ok":
+            error = record["error"] or {}
+            code = str(error.get("code") or record["status"])
+            count, message = found.get(code, (0, str(error.get("message") or "")))
+            found[code] = (count + 1, message)
+    return found
 
 
 def stages(run: Run) -> list[str]:
@@ -264,12 +399,18 @@ def stages(run: Run) -> list[str]:
 
 
 def grade(
-    path: str, wait: bool = False, events: Listener = ignore, live_backoff: float = 0.5
+    path: str,
+    wait: bool = False,
+    events: Listener = ignore,
+    live_backoff: float = 0.5,
+    max_wait: float | None = None,
 ) -> tuple[dict[str, int], int]:
     """Score deterministically; send what the scorers leave to the judges through the judge stage, and ask again
     judges whose replies held no verdict (while the retry attempts last); fold the votes in. Returns the verdict
-    counts and how many judge requests are still pending."""
+    counts and how many judge requests are still pending. Answers the ledger records that the results file lacks
+    are refused first (`check_results`): scores never shrink silently."""
     run = Run(path)
+    check_results(run, "answers")
     counts = score_run(run)
     pending, rounds = 0, 0
     while True:
@@ -279,7 +420,7 @@ def grade(
         session = Session.open(path, live_backoff, stage="judge", events=events)
         try:
             session.submit()
-            pending = session.collect(wait).pending
+            pending = session.collect(wait, max_wait).pending
         finally:
             session.close()
         rounds += 1

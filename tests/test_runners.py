@@ -466,7 +466,7 @@ def test_run_end_to_end_with_report(emulator, tmp_path, cli):
 
 
 def test_run_without_wait_exits_3_while_pending(emulator, tmp_path, cli):
-    emu = emulator()
+    emu = emulator(timing=Timing(validate_seconds=3600, seconds_per_request=60))  # pending however slow the machine
     compile_for(tmp_path, emu)
     result = cli("run", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"))
     assert result.code == 3 and "16 requests pending" in result.err

@@ -20,6 +20,7 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
+from nspec.errors import ProviderError
 from nspec.inputs import Confinement
 from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
@@ -91,7 +92,7 @@ def vet(
                 )
                 asked[cid] = (model.label, q, t)
     outcomes: dict[str, Outcome] = {}
-    asyncio.run(run_live(settings, requests, _recorder(outcomes)))
+    _ask(settings, requests, outcomes)
     scoring = spec["scoring"]
     cells = {}
     lines = {}
@@ -166,7 +167,7 @@ def ask_judges(
                 LiveRequest(rid, model.label, model.provider, line, request_tokens(model.provider, line)),
             )
         replies: dict[str, Outcome] = {}
-        asyncio.run(run_live(callers, [r for _, _, r in requests.values()], _recorder(replies)))
+        _ask(callers, [r for _, _, r in requests.values()], replies)
         todo = []
         for rid, (cid, model, _) in requests.items():
             outcome = replies[rid]
@@ -190,6 +191,14 @@ def ask_judges(
         line = {"verdict": "undecided", "reason": "", "votes": [votes[(cid, m.label)] for m in judges]}
         out[cid] = apply_votes(line, line["votes"], len(judges), settings.get("vote", "majority"), need)
     return out
+
+
+def _ask(settings: dict[str, CallerSettings], requests: list[LiveRequest], outcomes: dict[str, Outcome]) -> None:
+    """Ask every request live, its outcome into ``outcomes``; a model that stays unavailable is an error to run
+    again later (vetting needs every answer)."""
+    report = asyncio.run(run_live(settings, requests, _recorder(outcomes)))
+    if report.closed:
+        raise ProviderError("live", "; ".join(report.closed.values()))
 
 
 def _recorder(into: dict[str, Outcome]) -> Callable[[LiveRequest, Outcome], None]:

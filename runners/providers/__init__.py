@@ -1,7 +1,9 @@
 """The built-in providers, one module each (`openai`: OpenAI and OpenAI-compatible servers; `anthropic`; `local`: the
 local engine), registered through the `nspec.providers` entry points like any plugin, and what they share: a base
 with the interface's defaults, the import of an SDK with the pip command when it is missing, the mapping of an HTTP
-status to nspec's error tree, and downloads that are parsed only once they arrived whole."""
+status to nspec's error tree, and the boundary where a provider's bytes are read as untrusted input — control calls
+through `guard`, result files through `stream_lines` (downloaded whole first, then parsed a line at a time, a bad
+line kept and named), answers through `answer_text` and `checked`."""
 
 from __future__ import annotations
 
@@ -10,21 +12,24 @@ import functools
 import importlib
 import inspect
 import json
+import math
 import os
-import tempfile
+import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from nspec import jsonl
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.tokenizers import Tokenizer, tokenizer_from_setting
 from nspec.errors import (
     AuthenticationFailed,
     BadRequest,
     ConnectionFailed,
+    MalformedResponse,
     ModelNotFound,
     NspecError,
     PermissionDenied,
@@ -32,7 +37,16 @@ from nspec.errors import (
     ServerError,
     UserError,
 )
-from nspec.providers import SDK_RETRIES_ENV, Credentials, Outcome, RateHeaders, TokenCounter, message_text
+from nspec.providers import (
+    SDK_RETRIES_ENV,
+    BadLine,
+    Credentials,
+    Outcome,
+    RateHeaders,
+    TokenCounter,
+    message_text,
+    request_id,
+)
 
 # Headers a model entry may not set: they carry the API key or frame the request.
 RESERVED_HEADERS = frozenset(
@@ -304,30 +318,183 @@ def answer_json(provider: str, raw: Any) -> dict[str, Any]:
     return body
 
 
+def live_outcome(provider: str, parse: Callable[[], Outcome]) -> Outcome:
+    """A live answer parsed (by ``parse``) like a result line: an answer that is not a well-formed result (no
+    choices, a field of the wrong type) is a malformed response, sent again."""
+    try:
+        return checked(parse())
+    except DATA_ERRORS as exc:
+        raise MalformedResponse(provider, f"{provider}: the answer is not a well-formed result ({exc})"[:500]) from None
+
+
+# Limits on what a provider may ask us to wait (Retry-After): beyond it, the provider is not busy but closed to us for
+# now, and the run stops sending to it instead of sleeping (see `runners.live`).
+RETRY_AFTER_CAP = 300.0
+
+
 def retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds the provider asked us to wait (`retry-after-ms`, else `retry-after`)."""
+    """Seconds the provider asked us to wait (`retry-after-ms`, else `retry-after` as seconds or as an HTTP date),
+    or None when it said nothing usable: a value that is not a finite, non-negative number is ignored, never slept
+    on (`inf` would be forever, `nan` or a negative value no wait at all)."""
     if headers is None:
         return None
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)
-        if value:
-            try:
-                return float(value) * scale
-            except ValueError:
-                continue
+        if not value:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            seconds = _http_date_seconds(value) if scale == 1.0 else math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
     return None
+
+
+def _http_date_seconds(value: str) -> float:
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return math.nan
+    if when.tzinfo is None:  # an HTTP date is in GMT; one without a zone is read so
+        return math.nan
+    return max(0.0, when.timestamp() - time.time())
+
+
+# What reading a provider's answer raises when the answer is not what its API documents (pydantic's and orjson's
+# errors are ValueErrors).
+DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError)
+T = TypeVar("T")
+
+
+def guard(provider: str, what: str, mapper: Callable[[BaseException], NspecError | None], call: Callable[[], T]) -> T:
+    """Run ``call`` — a provider call and the reading of its answer — with every failure in nspec's terms: the SDK's
+    exceptions as ``mapper`` maps them; an answer of the wrong shape (a gateway's HTML page with status 200, a body
+    cut off, a field missing or of the wrong type, an unsafe id) as `MalformedResponse` naming ``what``, the
+    endpoint. Exit 1 never comes from what a provider sends."""
+    try:
+        return call()
+    except NspecError:
+        raise
+    except Exception as exc:
+        mapped = mapper(exc)
+        if mapped is not None:
+            raise mapped from None
+        if isinstance(exc, DATA_ERRORS):
+            message = f"{provider} {what}: the answer is not what the API documents ({type(exc).__name__}: {exc})"
+            raise MalformedResponse(provider, message[:500]) from None
+        raise
+
+
+class NotText(ValueError):
+    """An answer whose content is not text (a number, an object): an error outcome, not a crash."""
+
+
+# Content parts that carry the answer's text; parts of other types (thinking, tool calls) are not the answer.
+_TEXT_PARTS = ("text", "output_text")
+
+
+def answer_text(content: Any) -> str:
+    """The text of an answer's content: a string, or a list of parts whose text parts are joined (Anthropic's blocks,
+    and what some OpenAI-compatible servers send); None is no text. Anything else raises `NotText`."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise NotText(f"the answer's content is a {type(content).__name__}, not text")
+    texts = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            raise NotText(f"a part of the answer's content is a {type(part).__name__}, not an object")
+        if part.get("type") in _TEXT_PARTS:
+            if not isinstance(part.get("text"), str):
+                raise NotText("a text part of the answer has no text")
+            texts.append(part["text"])
+    return "".join(texts)
+
+
+def not_text(custom_id: str, reason: NotText) -> Outcome:
+    """The outcome of an answer that is not text: an error, sent again while the retry attempts last."""
+    return Outcome(custom_id, "error", error={"code": "not_text", "message": str(reason)})
+
+
+_STATUSES = ("ok", "error", "expired", "cancelled")
+
+
+def checked(outcome: Outcome) -> Outcome:
+    """``outcome`` if every field has its type (a parser reads what a provider wrote: a wrong type raises here, a
+    bad line, instead of reaching the results file and failing the scoring of every rerun)."""
+    if not isinstance(outcome.custom_id, str) or not outcome.custom_id:
+        raise TypeError(f"the request id is {outcome.custom_id!r:.60}, not a string")
+    if outcome.status not in _STATUSES:
+        raise ValueError(f"status {outcome.status!r:.40}")
+    if outcome.text is not None and not isinstance(outcome.text, str):
+        raise TypeError(f"the answer is a {type(outcome.text).__name__}, not text")
+    if outcome.finish_reason is not None and not isinstance(outcome.finish_reason, str):
+        raise TypeError(f"the finish reason is {outcome.finish_reason!r:.40}")
+    if outcome.error is not None and not isinstance(outcome.error, dict):
+        raise TypeError(f"the error is {outcome.error!r:.60}")
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens"):
+        count = getattr(outcome, name)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise TypeError(f"{name} is {count!r:.40}")
+    if outcome.error is not None:  # a provider's words, kept as text
+        error = {k: v if v is None or isinstance(v, str | int) else str(v) for k, v in outcome.error.items()}
+        outcome = Outcome(**{**outcome.__dict__, "error": error})
+    return outcome
+
+
+def parse_line(raw: bytes, parse: Callable[[Mapping[str, Any]], Outcome]) -> Outcome | str:
+    """One line of a result file as an outcome, or the reason it is none."""
+    try:
+        line = orjson.loads(raw)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(line, dict):
+        return f"a JSON {type(line).__name__}, not an object"
+    try:
+        return checked(parse(line))
+    except DATA_ERRORS as exc:
+        return f"not a well-formed result ({type(exc).__name__}: {exc})"[:300]
+
+
+_LINE_ID = re.compile(rb'"(?:custom_id|key)"\s*:\s*"([^"\\]{1,200})"')
+
+
+def readable_id(raw: bytes) -> str | None:
+    """The request id of a line that is no result, where one can be read (a line cut off keeps its start)."""
+    try:
+        line = orjson.loads(raw)
+        return request_id(line) if isinstance(line, dict) else None
+    except (ValueError, KeyError):
+        found = _LINE_ID.search(raw)
+        return found.group(1).decode("utf-8", "replace") if found else None
 
 
 def stream_lines(
     fetch: Callable[[Path], None], folder: Path, name: str, parse: Callable[[Mapping[str, Any]], Outcome]
-) -> Iterator[Outcome]:
-    """Download to a file first (a cut-off download raises and leaves nothing half-read), then parse line by line."""
+) -> Iterator[Outcome | BadLine]:
+    """Download to a file first (a cut-off download raises and leaves nothing half-read), then parse it a line at a
+    time as untrusted input: a line that is not a well-formed result is a `BadLine` and the download is then kept as
+    ``folder/<name>.jsonl``; the other lines are read on."""
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{name}.", suffix=".part", delete=False) as tmp:
-        part = Path(tmp.name)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", name).lstrip(".") or "download"  # a file name, whatever the id held
+    part, kept = folder / f".{name}.part", folder / f"{name}.jsonl"
+    bad = False
     try:
         fetch(part)
-        for line in jsonl.read(part):
-            yield parse(line)
+        with open(part, "rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                parsed = parse_line(raw, parse)
+                if isinstance(parsed, Outcome):
+                    yield parsed
+                    continue
+                bad = True
+                yield BadLine(readable_id(raw), number, parsed, kept)
+        if bad:
+            part.replace(kept)
     finally:
         part.unlink(missing_ok=True)

@@ -12,23 +12,28 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec import jsonl
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.prices import Usage
 from nspec.errors import NspecError
-from nspec.providers import BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
+from nspec.providers import BadLine, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name, provider_id
 from nspec.runners.providers import (
     BaseProvider,
     Clients,
+    NotText,
     answer_json,
+    answer_text,
     chat_text,
     connection_error,
+    guard,
+    live_outcome,
+    not_text,
     request_failure,
     sdk,
     sdk_kwargs,
@@ -83,7 +88,12 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     kind = result["type"]
     if kind == "succeeded":
         message = result["message"]
-        text = "".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
+        if not isinstance(message["content"], list):  # blocks; a bare string is not what the API sends
+            return not_text(custom_id, NotText(f"the answer's content is a {type(message['content']).__name__}"))
+        try:
+            text = answer_text(message["content"])
+        except NotText as exc:
+            return not_text(custom_id, exc)
         return Outcome.ok(custom_id, text, message.get("stop_reason"), message_usage(message.get("usage")))
     if kind == "errored":
         err = (result.get("error") or {}).get("error") or {}
@@ -209,6 +219,13 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     return None
 
 
+def _http_response_type() -> Any:
+    """The HTTP library's response class the SDK hands back raw when asked for it (`httpx2` from SDK 2.x, `httpx`
+    before): a result file is then streamed to disk as its bytes arrive, unparsed."""
+    base = importlib.import_module("anthropic._base_client")
+    return (getattr(base, "httpx2", None) or base.httpx).Response
+
+
 def _client(creds: Credentials, retries: int, kind: str) -> Any:
     """The SDK's client (``kind``: Anthropic or AsyncAnthropic) for these credentials."""
     return getattr(sdk("anthropic", "anthropic"), kind)(
@@ -244,72 +261,90 @@ class ShardBody:
 
 
 class AnthropicBatches:
-    """Anthropic's message batches."""
+    """Anthropic's message batches. Every call reads its answer inside `guard`, so an answer of the wrong shape is a
+    `MalformedResponse` naming the endpoint."""
+
+    finds_exactly = False  # batches carry no metadata: found by size and time
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
         self.client = _client(creds, sdk_retries(), "Anthropic")
 
-    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:
-            mapped = _error(self.creds, what, exc)
-            if mapped is None:
-                raise
-            raise mapped from None
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        return guard("anthropic", what, lambda exc: _error(self.creds, what, exc), call)
 
     def upload(self, shard: Path) -> str:
         return ""  # nothing to upload: the shard's lines go into the create call
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
         body = ShardBody(shard)
-        batch = self._call(
-            "message batches",
-            self.client.post,
-            "/v1/messages/batches",
-            cast_to=sdk("anthropic", "anthropic").types.messages.MessageBatch,
-            content=body,
-            options={"headers": {"Content-Type": "application/json", "Content-Length": str(body.length)}},
-        )
-        return str(batch.id)
+        batch_type = sdk("anthropic", "anthropic").types.messages.MessageBatch
+        headers = {"Content-Type": "application/json", "Content-Length": str(body.length)}
 
-    def find(self, metadata: dict[str, str], after: float) -> list[str]:
+        def call() -> str:
+            # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds
+            # again (`find`) instead of paying for a second one.
+            options = {"headers": headers, "max_retries": 0}
+            batch = self.client.post("/v1/messages/batches", cast_to=batch_type, content=body, options=options)
+            return provider_id(batch.id, "batch id")
+
+        return str(self._call("message batches", call))
+
+    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
         """Anthropic batches carry no metadata: candidates are batches created after the recorded intent (less a
-        minute of clock skew) with the shard's request count, oldest first."""
+        minute of clock skew) with the shard's request count, with their creation times."""
         wanted = int(metadata["requests"])
-        found = []
-        for batch in self._call("message batches", self.client.messages.batches.list, limit=100):
-            created = batch.created_at.timestamp()
-            if created < after - 60:
-                break
-            c = batch.request_counts
-            if c.processing + c.succeeded + c.errored + c.canceled + c.expired == wanted:
-                found.append((created, str(batch.id)))
-        return [batch_id for _, batch_id in sorted(found)]
+
+        def call() -> list[tuple[str, float]]:
+            found = []
+            for batch in self.client.messages.batches.list(limit=100):
+                created = batch.created_at.timestamp()
+                if created < after - 60:
+                    break
+                c = batch.request_counts
+                if c.processing + c.succeeded + c.errored + c.canceled + c.expired == wanted:
+                    found.append((provider_id(batch.id, "batch id"), created))
+            return found
+
+        return list(self._call("message batches", call))
 
     def poll(self, batch_id: str) -> BatchView:
-        b = self._call("message batches", self.client.messages.batches.retrieve, batch_id)
-        c = b.request_counts
-        total = c.processing + c.succeeded + c.errored + c.canceled + c.expired
-        return BatchView(str(b.id), b.processing_status, b.processing_status == "ended", total - c.processing, total)
+        def call() -> BatchView:
+            b = self.client.messages.batches.retrieve(batch_id)
+            c = b.request_counts
+            total = c.processing + c.succeeded + c.errored + c.canceled + c.expired
+            return BatchView(b.id, b.processing_status, b.processing_status == "ended", total - c.processing, total)
+
+        view: BatchView = self._call("message batches", call)
+        return view
 
     def failure(self, batch_id: str) -> str:
         return self.poll(batch_id).status
 
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
         yield from stream_lines(lambda dest: self._fetch(view.batch_id, dest), folder, view.batch_id, parse_result)
 
     def _fetch(self, batch_id: str, dest: Path) -> None:
-        def write() -> None:
-            with open(dest, "wb") as fh:
-                for result in self.client.messages.batches.results(batch_id):
-                    fh.write(jsonl.encode(result.model_dump(mode="json")))
+        # The results' address is built from the (checked) batch id, never taken from the batch's `results_url`: the
+        # key goes with the request, so only to the API's own host. Streamed to disk as the bytes arrive, unparsed.
+        def call() -> None:
+            response = self.client.get(
+                f"/v1/messages/batches/{batch_id}/results",
+                cast_to=_http_response_type(),
+                options={"headers": {"Accept": "application/binary"}},
+                stream=True,
+            )
+            try:
+                with open(dest, "wb") as fh:
+                    for block in response.iter_bytes():
+                        fh.write(block)
+            finally:
+                response.close()
 
-        self._call("message batch results", write)
+        self._call("message batch results", call)
 
     def cancel(self, batch_id: str) -> None:
-        self._call("message batches", self.client.messages.batches.cancel, batch_id)
+        self._call("message batches", lambda: self.client.messages.batches.cancel(batch_id))
 
 
 class AnthropicCounter:
@@ -352,7 +387,7 @@ class AnthropicLive:
             return failed, None
         message = answer_json("anthropic", raw)
         result = {"custom_id": line["custom_id"], "result": {"type": "succeeded", "message": message}}
-        return parse_result(result), raw.headers
+        return live_outcome("anthropic", lambda: parse_result(result)), raw.headers
 
     async def close(self) -> None:
         await self.clients.close()

@@ -96,7 +96,7 @@ class AzureBatches(OpenAIBatches):
         file_id = super().upload(shard)
         deadline, delay = time.monotonic() + FILE_WAIT_SECONDS, 0.2
         while True:
-            status = str(self._call("batch files", self.client.files.retrieve, file_id).status)
+            status = str(self._call("files", lambda: self.client.files.retrieve(file_id).status))
             if status == "processed":
                 return file_id
             if status == "error":

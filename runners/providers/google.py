@@ -27,10 +27,14 @@ from typing import Any
 
 from nspec.compiler.caching import CacheStyle
 from nspec.errors import NspecError
-from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
+from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, model_name, provider_id
 from nspec.runners.providers import (
     BaseProvider,
+    NotText,
     connection_error,
+    guard,
+    live_outcome,
+    not_text,
     request_failure,
     sdk,
     sdk_retries,
@@ -124,7 +128,10 @@ def response_outcome(key: str, response: Mapping[str, Any]) -> Outcome:
         return Outcome(key, "ok", "", f"prompt_blocked: {blocked}", prompt, output, cache_read_tokens=cached)
     candidate = candidates[0]
     parts = (candidate.get("content") or {}).get("parts") or []
-    text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+    texts = [p.get("text", "") for p in parts if not p.get("thought")]
+    if not all(isinstance(t, str) for t in texts):
+        return not_text(key, NotText("a part of the answer has a text that is not text"))
+    text = "".join(texts)
     reason = str(candidate.get("finishReason") or "STOP")
     return Outcome(key, "ok", text, _FINISH.get(reason, reason.lower()), prompt, output, cache_read_tokens=cached)
 
@@ -263,66 +270,87 @@ def _status_error(
 
 
 def _display_name(metadata: Mapping[str, str]) -> str:
-    return f"nspec {metadata['nspec_run']} {metadata['nspec_shard']} {metadata['nspec_attempt']}"
+    """The batch's display name: Gemini batches carry no metadata, so the folder, run, shard and attempt go here."""
+    said = (metadata.get("nspec_folder", ""), metadata["nspec_run"], metadata["nspec_shard"], metadata["nspec_attempt"])
+    return "nspec " + " ".join(part for part in said if part)
 
 
 class GoogleBatches:
-    """Gemini batch jobs over uploaded JSONL files."""
+    """Gemini batch jobs over uploaded JSONL files. Every call reads its answer inside `guard`, so an answer of the
+    wrong shape is a `MalformedResponse` naming the endpoint."""
+
+    finds_exactly = True  # by its display name, which this folder wrote
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
         self.client = _client(creds, sdk_retries() + 1)
+        # Creates are not retried by the SDK: one whose answer was lost may have made a batch, which the runner finds
+        # again (`find`) instead of paying for a second one.
+        self.creating = _client(creds, 1)
         self.types = importlib.import_module("google.genai.types")
 
-    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:
-            mapped = _error(self.creds, what, exc)
-            if mapped is None:
-                raise
-            raise mapped from None
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        return guard("google", what, lambda exc: _error(self.creds, what, exc), call)
 
     def upload(self, shard: Path) -> str:
         config = self.types.UploadFileConfig(mime_type="application/jsonl", display_name=shard.name)
-        return str(self._call("batch files", self.client.files.upload, file=str(shard), config=config).name)
+        return str(
+            self._call(
+                "batch files",
+                lambda: provider_id(self.client.files.upload(file=str(shard), config=config).name, "file id"),
+            )
+        )
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
         with open(shard, "rb") as fh:
             model = str(json.loads(fh.readline())["request"]["model"]).removeprefix("models/")
         config = self.types.CreateBatchJobConfig(display_name=_display_name(metadata))
-        job = self._call(model, self.client.batches.create, model=model, src=file_id, config=config)
-        return str(job.name)
+        create = self.creating.batches.create
+        return str(
+            self._call(model, lambda: provider_id(create(model=model, src=file_id, config=config).name, "batch id"))
+        )
 
-    def find(self, metadata: dict[str, str], after: float) -> list[str]:
-        """Batches whose display name carries this metadata, created after ``after`` (Unix seconds)."""
+    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
+        """Batches whose display name carries this metadata, created after ``after`` (Unix seconds) less five minutes
+        of clock skew, with their creation times."""
         wanted = _display_name(metadata)
-        found = []
-        for job in self._call("batches", self.client.batches.list, config={"page_size": 100}):
-            created = job.create_time.timestamp() if job.create_time else after
-            if job.display_name == wanted and created >= after - 300:
-                found.append((created, str(job.name)))
-        return [name for _, name in sorted(found, reverse=True)]
+
+        def call() -> list[tuple[str, float]]:
+            found = []
+            for job in self.client.batches.list(config={"page_size": 100}):
+                created = job.create_time.timestamp() if job.create_time else after
+                if job.display_name == wanted and created >= after - 300:
+                    found.append((provider_id(job.name, "batch id"), created))
+            return found
+
+        return list(self._call("batches", call))
 
     def poll(self, batch_id: str) -> BatchView:
-        job = self._call("batches", self.client.batches.get, name=batch_id)
-        state = job.state.name if job.state is not None else "JOB_STATE_PENDING"
-        files = (job.dest.file_name,) if job.dest is not None and job.dest.file_name else ()
-        return BatchView(batch_id, state, state in _ENDED, 0, 0, files)
+        def call() -> BatchView:
+            job = self.client.batches.get(name=batch_id)
+            state = job.state.name if job.state is not None else "JOB_STATE_PENDING"
+            files = (job.dest.file_name,) if job.dest is not None and job.dest.file_name else ()
+            return BatchView(batch_id, state, state in _ENDED, 0, 0, files)
+
+        view: BatchView = self._call("batches", call)
+        return view
 
     def failure(self, batch_id: str) -> str:
-        job = self._call("batches", self.client.batches.get, name=batch_id)
-        return str(job.error.message) if job.error is not None and job.error.message else str(job.state)
+        def call() -> str:
+            job = self.client.batches.get(name=batch_id)
+            return str(job.error.message) if job.error is not None and job.error.message else str(job.state)
 
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        return str(self._call("batches", call))
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
         for name in view.output_files:
             fetch = lambda dest, name=name: self._call(  # noqa: E731 - bound per file
-                "batch files", self.client.files.download, file=name, destination=str(dest)
+                "batch files", lambda: self.client.files.download(file=name, destination=str(dest))
             )
-            yield from stream_lines(fetch, folder, re.sub(r"\W", "-", name), parse_result)
+            yield from stream_lines(fetch, folder, name, parse_result)
 
     def cancel(self, batch_id: str) -> None:
-        self._call("batches", self.client.batches.cancel, name=batch_id)
+        self._call("batches", lambda: self.client.batches.cancel(name=batch_id))
 
 
 class GoogleCounter:
@@ -384,7 +412,8 @@ class GoogleLive:
             return failed, None
         body = response.model_dump(mode="json", by_alias=True, exclude_none=True)
         http = response.sdk_http_response
-        return response_outcome(line["key"], body), (http.headers if http is not None else None)
+        outcome = live_outcome("google", lambda: response_outcome(line["key"], body))
+        return outcome, (http.headers if http is not None else None)
 
     async def close(self) -> None:
         await self.client.aio.aclose()

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from nspec.errors import NspecError
-from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
+from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, model_name, provider_id
 from nspec.runners.providers import (
     ChatBodyLines,
     chat_messages,
     connection_error,
+    guard,
+    live_outcome,
     request_failure,
     sdk,
     sdk_retries,
@@ -169,60 +171,68 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
 class MistralBatches:
     """Mistral batch jobs over uploaded JSONL files."""
 
+    finds_exactly = True  # by metadata this folder wrote
+
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
         self.client = _client(creds, sdk_retries())
+        self.creating = _client(creds, 0)
 
-    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:
-            mapped = _error(self.creds, what, exc)
-            if mapped is None:
-                raise
-            raise mapped from None
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        return guard("mistral", what, lambda exc: _error(self.creds, what, exc), call)
 
     def upload(self, shard: Path) -> str:
         with open(shard, "rb") as fh:
-            uploaded = self._call(
-                "batch files", self.client.files.upload, file={"file_name": shard.name, "content": fh}, purpose="batch"
-            )
-        return str(uploaded.id)
+            file = {"file_name": shard.name, "content": fh}
+            uploaded = self._call("batch files", lambda: self.client.files.upload(file=file, purpose="batch"))
+        return str(self._call("batch files", lambda: provider_id(uploaded.id, "file id")))
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
         with open(shard, "rb") as fh:
             model = str(json.loads(fh.readline())["body"]["model"])
-        job = self._call(
-            model,
-            self.client.batch.jobs.create,
-            input_files=[file_id],
-            model=model,
-            endpoint=CHAT,
-            metadata=metadata,
-            timeout_hours=24,
-        )
-        return str(job.id)
+        # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds again
+        # (`find`) instead of paying for a second one.
+        create = self.creating.batch.jobs.create
 
-    def find(self, metadata: dict[str, str], after: float) -> list[str]:
-        """Jobs carrying exactly this metadata, created after ``after`` (Unix seconds), newest first."""
-        found = []
-        listed = self._call("batches", self.client.batch.jobs.list, page=0, page_size=100)
-        for job in listed.data or []:
-            if job.created_at >= after - 300 and all((job.metadata or {}).get(k) == v for k, v in metadata.items()):
-                found.append((job.created_at, str(job.id)))
-        return [job_id for _, job_id in sorted(found, reverse=True)]
+        def call() -> str:
+            job = create(input_files=[file_id], model=model, endpoint=CHAT, metadata=metadata, timeout_hours=24)
+            return provider_id(job.id, "batch id")
+
+        return str(self._call(model, call))
+
+    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
+        """Jobs carrying exactly this metadata, created after ``after`` (Unix seconds) less five minutes of clock
+        skew, with their creation times."""
+
+        def call() -> list[tuple[str, float]]:
+            found = []
+            listed = self.client.batch.jobs.list(page=0, page_size=100)
+            for job in listed.data or []:
+                said = job.metadata or {}
+                if job.created_at >= after - 300 and all(said.get(k) == v for k, v in metadata.items()):
+                    found.append((provider_id(job.id, "batch id"), float(job.created_at)))
+            return found
+
+        return list(self._call("batches", call))
 
     def poll(self, batch_id: str) -> BatchView:
-        job = self._call("batches", self.client.batch.jobs.get, job_id=batch_id)
-        files = tuple(f for f in (job.output_file, job.error_file) if f)
-        done = job.succeeded_requests + job.failed_requests
-        return BatchView(str(job.id), str(job.status), job.status in _ENDED, done, job.total_requests, files)
+        def call() -> BatchView:
+            job = self.client.batch.jobs.get(job_id=batch_id)
+            files = tuple(f for f in (job.output_file, job.error_file) if f)
+            done = job.succeeded_requests + job.failed_requests
+            return BatchView(job.id, str(job.status), job.status in _ENDED, done, job.total_requests, files)
+
+        view: BatchView = self._call("batches", call)
+        return view
 
     def failure(self, batch_id: str) -> str:
-        job = self._call("batches", self.client.batch.jobs.get, job_id=batch_id)
-        return "; ".join(e.message for e in job.errors or []) or str(job.status)
+        def call() -> str:
+            job = self.client.batch.jobs.get(job_id=batch_id)
+            return "; ".join(str(e.message) for e in job.errors or []) or str(job.status)
 
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        return str(self._call("batches", call))
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
         for file_id in view.output_files:
             yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
 
@@ -236,7 +246,7 @@ class MistralBatches:
         self._call("batch files", write)
 
     def cancel(self, batch_id: str) -> None:
-        self._call("batches", self.client.batch.jobs.cancel, job_id=batch_id)
+        self._call("batches", lambda: self.client.batch.jobs.cancel(job_id=batch_id))
 
 
 class MistralLive:
@@ -259,7 +269,8 @@ class MistralLive:
                 raise mapped from None
             return failed, None
         completion = {"status_code": 200, "body": response.model_dump(mode="json")}
-        return parse_result({"custom_id": line["custom_id"], "response": completion}), None
+        result = {"custom_id": line["custom_id"], "response": completion}
+        return live_outcome("mistral", lambda: parse_result(result)), None
 
     async def close(self) -> None:
         pass  # the SDK's client closes with the process

@@ -28,14 +28,29 @@ from typing import Any
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.tokenizers import Tokenizer, encoding
 from nspec.errors import NspecError
-from nspec.providers import OPENAI_CHAT, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name
+from nspec.providers import (
+    OPENAI_CHAT,
+    BadLine,
+    BatchView,
+    Credentials,
+    Outcome,
+    RateHeaders,
+    ShardLimits,
+    model_name,
+    provider_id,
+)
 from nspec.runners.providers import (
     BaseProvider,
     Clients,
+    NotText,
     answer_json,
+    answer_text,
     chat_messages,
     chat_text,
     connection_error,
+    guard,
+    live_outcome,
+    not_text,
     request_failure,
     sdk,
     sdk_kwargs,
@@ -79,13 +94,18 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
     choice = body["choices"][0]
     usage = body.get("usage") or {}
     message = choice["message"]
+    try:
+        text = answer_text(message.get("content"))
+    except NotText as exc:
+        return not_text(custom_id, exc)
+    refusal = message.get("refusal")  # a refusal under structured output has no content
     return Outcome(
         custom_id,
         "ok",
-        message.get("content") or message.get("refusal") or "",  # a refusal under structured output has no content
+        text or (refusal if isinstance(refusal, str) else ""),
         choice.get("finish_reason"),
-        usage.get("prompt_tokens", 0),
-        usage.get("completion_tokens", 0),
+        usage.get("prompt_tokens") or 0,
+        usage.get("completion_tokens") or 0,
         cache_read_tokens=int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
     )
 
@@ -104,6 +124,8 @@ def _response_outcome(custom_id: str, body: Mapping[str, Any]) -> Outcome:
         for part in item.get("content") or []
         if part.get("type") in ("output_text", "refusal")
     ]
+    if not all(isinstance(part, str) for part in parts):
+        return not_text(custom_id, NotText("a text part of the answer is not text"))
     incomplete = (body.get("incomplete_details") or {}).get("reason")
     finish = "length" if incomplete == "max_output_tokens" else incomplete or "stop"
     return Outcome(
@@ -111,8 +133,8 @@ def _response_outcome(custom_id: str, body: Mapping[str, Any]) -> Outcome:
         "ok",
         "".join(parts),
         finish,
-        usage.get("input_tokens", 0),
-        usage.get("output_tokens", 0),
+        usage.get("input_tokens") or 0,
+        usage.get("output_tokens") or 0,
         cache_read_tokens=int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0),
     )
 
@@ -363,70 +385,90 @@ def _client(provider: str, creds: Credentials, retries: int, is_async: bool) -> 
 
 
 class OpenAIBatches:
-    """Files and batches, for OpenAI and OpenAI-compatible servers."""
+    """Files and batches, for OpenAI and OpenAI-compatible servers. Every call reads its answer inside `guard`, so an
+    answer of the wrong shape is a `MalformedResponse` naming the endpoint."""
+
+    finds_exactly = True  # by metadata this folder wrote
 
     def __init__(self, provider: str, creds: Credentials) -> None:
         self.provider, self.creds = provider, creds
         self.client = _client(provider, creds, sdk_retries(), False)
 
-    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:
-            mapped = _error(self.provider, self.creds, what, exc)
-            if mapped is None:
-                raise
-            raise mapped from None
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        return guard(self.provider, what, lambda exc: _error(self.provider, self.creds, what, exc), call)
 
     def upload(self, shard: Path) -> str:
         with open(shard, "rb") as fh:
-            return str(self._call("batch files", self.client.files.create, file=(shard.name, fh), purpose="batch").id)
+            create = self.client.files.create
+            return str(
+                self._call("files", lambda: provider_id(create(file=(shard.name, fh), purpose="batch").id, "file id"))
+            )
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
         with open(shard, "rb") as fh:
             endpoint = json.loads(fh.readline())["url"]  # a shard holds one model's lines, all to one endpoint
-        batch = self._call(
-            "batches",
-            self.client.batches.create,
-            input_file_id=file_id,
-            endpoint=endpoint,
-            completion_window=self.creds.options.get("completion_window", "24h"),
-            metadata=metadata,
-        )
-        return str(batch.id)
+        # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds again
+        # (`find`) instead of paying for a second one.
+        create = self.client.with_options(max_retries=0).batches.create
+        window = self.creds.options.get("completion_window", "24h")
 
-    def find(self, metadata: dict[str, str], after: float) -> list[str]:
-        """Batches carrying exactly this metadata (newest first), created after ``after`` (Unix seconds)."""
-        found = []
-        for batch in self._call("batches", self.client.batches.list, limit=100):
-            if batch.created_at < after - 300:  # listed newest first: older ones cannot be ours
-                break
-            if batch.metadata and all(batch.metadata.get(k) == v for k, v in metadata.items()):
-                found.append(str(batch.id))
-        return found
+        def call() -> str:
+            batch = create(input_file_id=file_id, endpoint=endpoint, completion_window=window, metadata=metadata)
+            return provider_id(batch.id, "batch id")
+
+        return str(self._call("batches", call))
+
+    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
+        """Batches carrying exactly this metadata, created after ``after`` (Unix seconds) less five minutes of clock
+        skew, with their creation times."""
+
+        def call() -> list[tuple[str, float]]:
+            found = []
+            for batch in self.client.batches.list(limit=100):
+                created = float(batch.created_at)
+                if created < after - 300:  # listed newest first: older ones cannot be ours
+                    break
+                said = batch.metadata or {}
+                if all(said.get(k) == v for k, v in metadata.items()):
+                    found.append((provider_id(batch.id, "batch id"), created))
+            return found
+
+        return list(self._call("batches", call))
 
     def poll(self, batch_id: str) -> BatchView:
-        b = self._call("batches", self.client.batches.retrieve, batch_id)
-        counts = b.request_counts
-        done = (counts.completed + counts.failed) if counts else 0
-        files = tuple(f for f in (b.output_file_id, b.error_file_id) if f)
-        ended = b.status in ("completed", "failed", "expired", "cancelled")
-        return BatchView(str(b.id), b.status, ended, done, counts.total if counts else 0, files)
+        def call() -> BatchView:
+            b = self.client.batches.retrieve(batch_id)
+            counts = b.request_counts
+            done = (counts.completed + counts.failed) if counts else 0
+            files = tuple(f for f in (b.output_file_id, b.error_file_id) if f)
+            ended = b.status in ("completed", "failed", "expired", "cancelled")
+            return BatchView(b.id, b.status, ended, done, counts.total if counts else 0, files)
+
+        view: BatchView = self._call("batches", call)
+        return view
 
     def failure(self, batch_id: str) -> str:
-        b = self._call("batches", self.client.batches.retrieve, batch_id)
-        errors = b.errors.data if b.errors and b.errors.data else []
-        return "; ".join(f"line {e.line}: {e.code}: {e.message}" for e in errors) or str(b.status)
+        def call() -> str:
+            b = self.client.batches.retrieve(batch_id)
+            errors = b.errors.data if b.errors and b.errors.data else []
+            return "; ".join(f"line {e.line}: {e.code}: {e.message}" for e in errors) or str(b.status)
 
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        return str(self._call("batches", call))
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
         for file_id in view.output_files:
             yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
 
     def _fetch(self, file_id: str, dest: Path) -> None:
-        self._call("batch files", lambda: self.client.files.content(file_id).write_to_file(dest))
+        def call() -> None:
+            # Streamed to disk: a result file of hundreds of megabytes is never held whole.
+            with self.client.files.with_streaming_response.content(file_id) as response:
+                response.stream_to_file(dest)
+
+        self._call("file content", call)
 
     def cancel(self, batch_id: str) -> None:
-        self._call("batches", self.client.batches.cancel, batch_id)
+        self._call("batches", lambda: self.client.batches.cancel(batch_id))
 
 
 class OpenAILive:
@@ -451,7 +493,8 @@ class OpenAILive:
                 raise mapped from None
             return failed, None
         response = {"status_code": 200, "body": answer_json(self.provider, raw)}
-        return parse_result({"custom_id": line["custom_id"], "response": response}), raw.headers
+        result = {"custom_id": line["custom_id"], "response": response}
+        return live_outcome(self.provider, lambda: parse_result(result)), raw.headers
 
     async def close(self) -> None:
         await self.clients.close()

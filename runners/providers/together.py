@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from nspec.errors import NspecError
-from nspec.providers import BatchView, Credentials, Outcome, ShardLimits, model_name
+from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, model_name, provider_id
 from nspec.runners.providers import (
     ChatBodyLines,
     Clients,
     answer_json,
     chat_messages,
     connection_error,
+    guard,
+    live_outcome,
     request_failure,
     sdk,
     sdk_kwargs,
@@ -119,59 +121,76 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
 class TogetherBatches:
     """Together's files and batch jobs."""
 
+    finds_exactly = True  # by the file this folder uploaded
+
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
         self.client = _client(creds, sdk_retries(), False)
 
-    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:
-            mapped = _error(self.creds, what, exc)
-            if mapped is None:
-                raise
-            raise mapped from None
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        return guard("together", what, lambda exc: _error(self.creds, what, exc), call)
 
     def upload(self, shard: Path) -> str:
         # The server validates the lines; the SDK's own check is for fine-tuning data.
-        uploaded = self._call("batch files", self.client.files.upload, file=shard, purpose="batch-api", check=False)
-        return str(uploaded.id)
+        uploaded = self._call(
+            "batch files", lambda: self.client.files.upload(file=shard, purpose="batch-api", check=False)
+        )
+        return str(self._call("batch files", lambda: provider_id(uploaded.id, "file id")))
 
     def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
         with open(shard, "rb") as fh:
             model = str(json.loads(fh.readline())["body"]["model"])
-        created = self._call(model, self.client.batches.create, input_file_id=file_id, endpoint=CHAT)
-        return str(created.job.id)
+        # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds again
+        # (`find`) instead of paying for a second one.
+        create = self.client.with_options(max_retries=0).batches.create
+        return str(
+            self._call(model, lambda: provider_id(create(input_file_id=file_id, endpoint=CHAT).job.id, "batch id"))
+        )
 
-    def find(self, metadata: dict[str, str], after: float) -> list[str]:
+    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
         """Batches made from the shard's uploaded file after the recorded intent (less five minutes of clock skew),
-        newest first: Together batches carry no metadata."""
-        found = []
-        for job in self._call("batches", self.client.batches.list):
-            created = job.created_at.timestamp() if job.created_at else after
-            if job.input_file_id == metadata.get("nspec_file") and created >= after - 300:
-                found.append((created, str(job.id)))
-        return [job_id for _, job_id in sorted(found, reverse=True)]
+        with their creation times: Together batches carry no metadata."""
+
+        def call() -> list[tuple[str, float]]:
+            found = []
+            for job in self.client.batches.list():
+                created = job.created_at.timestamp() if job.created_at else after
+                if job.input_file_id == metadata.get("nspec_file") and created >= after - 300:
+                    found.append((provider_id(job.id, "batch id"), created))
+            return found
+
+        return list(self._call("batches", call))
 
     def poll(self, batch_id: str) -> BatchView:
-        job = self._call("batches", self.client.batches.retrieve, batch_id)
-        files = tuple(f for f in (job.output_file_id, job.error_file_id) if f)
-        status = str(job.status or "VALIDATING")
-        return BatchView(str(job.id), status, status in _ENDED, round(job.progress or 0), 100, files)
+        def call() -> BatchView:
+            job = self.client.batches.retrieve(batch_id)
+            files = tuple(f for f in (job.output_file_id, job.error_file_id) if f)
+            status = str(job.status or "VALIDATING")
+            return BatchView(job.id, status, status in _ENDED, round(job.progress or 0), 100, files)
+
+        view: BatchView = self._call("batches", call)
+        return view
 
     def failure(self, batch_id: str) -> str:
-        job = self._call("batches", self.client.batches.retrieve, batch_id)
-        return str(job.error or job.status)
+        def call() -> str:
+            job = self.client.batches.retrieve(batch_id)
+            return str(job.error or job.status)
 
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome]:
+        return str(self._call("batches", call))
+
+    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
         for file_id in view.output_files:
             yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
 
     def _fetch(self, file_id: str, dest: Path) -> None:
-        self._call("batch files", lambda: self.client.files.content(file_id).write_to_file(dest))
+        def call() -> None:
+            with self.client.files.with_streaming_response.content(file_id) as response:
+                response.stream_to_file(dest)
+
+        self._call("batch files", call)
 
     def cancel(self, batch_id: str) -> None:
-        self._call("batches", self.client.batches.cancel, batch_id)
+        self._call("batches", lambda: self.client.batches.cancel(batch_id))
 
 
 class TogetherLive:
@@ -196,7 +215,8 @@ class TogetherLive:
                 raise mapped from None
             return failed, None
         response = {"status_code": 200, "body": answer_json("together", raw)}
-        return parse_result({"custom_id": line["custom_id"], "response": response}), raw.headers
+        result = {"custom_id": line["custom_id"], "response": response}
+        return live_outcome("together", lambda: parse_result(result)), raw.headers
 
     async def close(self) -> None:
         await self.clients.close()
