@@ -349,6 +349,8 @@ class Ledger:
         )
 
     def update_batch(self, batch_id: str, **fields: Any) -> None:
+        if isinstance(fields.get("note"), str):  # a provider's words, maybe echoing a key
+            fields["note"] = redact(fields["note"])[:500]
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE batches SET {names} WHERE batch_id = ?", [*fields.values(), batch_id])
 

@@ -266,6 +266,11 @@ class Session:
             self.events(Event("live-end", self.stage, label))
         progress.rate_limited += report.rate_limited
         progress.errors.update(report.closed)
+        for job in self.ledger.jobs(self.stage, ("live",)):  # in sight in `status` until the model answers again
+            if job.model in report.closed:
+                self.ledger.job_failed(job.id, report.closed[job.model])
+            elif job.error is not None and job.model in by_model:
+                self.ledger.update_job(job.id, error=None, error_repeats=0)
         if over_budget():
             raise BudgetSpent(
                 f"live calls stopped at the budget of ${cap:,.2f}: ${spent + cost[0]:,.4f} spent in this stage; "

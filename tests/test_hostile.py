@@ -319,6 +319,8 @@ def test_a_provider_that_asks_to_wait_for_hours_closes_the_model_for_this_run(se
     assert server.count("POST /v1/chat/completions") <= 4
     got = results(run_dir(tmp_path))
     assert [r["model"] for r in got] == ["anthropic/claude-haiku-4-5"] * 2  # no 429 recorded as a result
+    status = cli("status", str(run_dir(tmp_path)))
+    assert "not sent yet (live)" in status.out and "asked to wait 100,000s" in status.out
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "soon"])
