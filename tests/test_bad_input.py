@@ -267,8 +267,13 @@ FILES_SPEC = BASE.replace("haystack: {corpus: austen}", "haystack: {files: 'hay/
         (lambda p: p.write_text(" \n\t\n  "), "hay/a.txt holds only white space"),
         (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), "hay/a.txt is binary (it holds NUL bytes)"),
         (lambda p: os.mkfifo(p), "hay/a.txt is a FIFO, not a regular file: refused unread"),
+        (
+            lambda p: p.write_bytes("A first line.\nUne journée d'été.\n".encode("latin-1")),
+            "hay/a.txt is not UTF-8 text: byte 0xe9 at offset 23 (line 2)",
+        ),
+        (lambda p: p.write_bytes("Un café".encode()[:-1]), "hay/a.txt is not UTF-8 text: it ends in the middle of a"),
     ],
-    ids=["empty", "whitespace", "binary", "fifo"],
+    ids=["empty", "whitespace", "binary", "fifo", "latin-1", "cut character"],
 )
 def test_a_haystack_file_that_cannot_fill_a_context(cli, spec_file, tmp_path, make, message):
     (tmp_path / "hay").mkdir()
@@ -279,6 +284,67 @@ def test_a_haystack_file_that_cannot_fill_a_context(cli, spec_file, tmp_path, ma
         assert result.code == 2, (command, result.err)
         assert f"spec.yaml:3:19: haystack.files: {message}" in result.err, result.err
         assert "Traceback" not in result.err
+
+
+def test_a_haystack_file_past_the_size_cap_is_refused_by_validate(cli, spec_file, tmp_path, monkeypatch):
+    monkeypatch.setattr("nspec.compiler.haystack.MAX_SOURCE_BYTES", 1000)
+    (tmp_path / "hay").mkdir()
+    (tmp_path / "hay" / "a.txt").write_text("A quiet sentence. " * 100)
+    for command in ("validate", "compile"):
+        result = cli(command, spec_file(FILES_SPEC))
+        assert result.code == 2
+        assert "haystack.files: hay/a.txt is larger than 1,000 bytes, the most nspec reads from such a file" in (
+            result.err
+        )
+
+
+def test_utf8_is_checked_across_the_chunks_a_file_is_read_in():
+    from nspec.compiler.haystack import text_problem
+
+    text = "Une journée d'été.\n".encode()
+    assert text_problem([text[:9], text[9:10], text[10:]]) is None  # é cut between chunks
+    bad = text[:10] + b"\xe9" + text[11:]
+    assert text_problem([b"line one\n", bad[:10], bad[10:]]) == (
+        "is not UTF-8 text: byte 0xc3 at offset 18 (line 2)"  # the é left open is the first bad byte
+    )
+
+
+STACK_SPEC = BASE.replace(
+    "haystack: {corpus: austen}", "haystack: {stack: {items: items.jsonl, questions: q.jsonl}}"
+).replace(BASE[BASE.index("needles:") : BASE.index("grid:")], "")
+ITEMS = "".join(f'{{"id": "i{i}", "text": "Ship {i} left at {i} o\'clock."}}\n' for i in range(5))
+
+
+@pytest.mark.parametrize(
+    "items, questions, message",
+    [
+        (
+            ITEMS.replace('"i2"', "i2"),
+            '{"item": "i1", "question": "When?", "answer": "1"}\n',
+            "items.jsonl:3:1: not valid JSON: Expecting value",
+        ),
+        (
+            ITEMS,
+            '{"item": "i9", "question": "When?", "answer": "9"}\n',
+            "q.jsonl:1:1: item 'i9' is not in items.jsonl",
+        ),
+        (ITEMS, '{"item": "i1", "answer": "1"}\n', "q.jsonl:1:1: needs `item`, `question` and `answer`"),
+        (
+            ITEMS.replace("Ship 3", "Sh\xefp 3"),
+            '{"item": "i1", "question": "When?", "answer": "1"}\n',
+            "haystack.stack.items: items.jsonl is not UTF-8 text: byte 0xef at offset",
+        ),
+    ],
+    ids=["bad json", "unknown item", "missing field", "latin-1"],
+)
+def test_validate_reads_a_stack_as_compile_does(cli, spec_file, tmp_path, items, questions, message):
+    (tmp_path / "items.jsonl").write_bytes(items.encode("latin-1"))
+    (tmp_path / "q.jsonl").write_text(questions)
+    spec = spec_file(STACK_SPEC)
+    for command in ("validate", "compile"):
+        result = cli(command, spec)
+        assert result.code == 2, (command, result.err)
+        assert message in result.err, result.err
 
 
 def test_a_glob_of_directories_only(cli, spec_file, tmp_path):
