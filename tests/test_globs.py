@@ -161,3 +161,14 @@ def test_ordinary_patterns_match_what_glob_matches_in_the_same_order(tmp_path, m
         (matched,) = glob_files([pattern], base, None)
         assert matched.files == [p for p in everything if not os.path.isdir(p)], pattern
         assert (matched.directories > 0) == any(os.path.isdir(p) for p in everything), pattern
+
+
+def test_a_stack_file_outside_the_root_is_refused_whether_or_not_it_exists(root, cli):
+    needles = BASE[BASE.index("needles:") : BASE.index("grid:")]
+    for name in ("secret-name.txt", "no-such-file.jsonl"):
+        stack = f"{{stack: {{items: ../elsewhere/{name}, questions: ../elsewhere/{name}}}}}"
+        (root / "spec.yaml").write_text(BASE.replace("{corpus: austen}", stack).replace(needles, ""))
+        result = cli("validate", "spec.yaml")
+        assert result.code == 2
+        assert f"haystack.stack.items: ../elsewhere/{name} lies outside the spec's root" in result.err
+        assert "no such file" not in result.err  # the same answer either way: no oracle

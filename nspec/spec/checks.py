@@ -208,7 +208,8 @@ class _Checker:
                     fit = False
                     continue
                 full = os.path.join(self.base_dir, name)
-                if "\0" not in name and not os.path.lexists(full):
+                outside = self.confinement.problem(full) if self.confinement is not None else None
+                if outside is None and "\0" not in name and not os.path.lexists(full):  # outside: not even looked at
                     self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
                     fit = False
                 else:
