@@ -1,11 +1,15 @@
 """Every bad input gets one located message, exit code 2 and no traceback."""
 
+import glob
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import BASE
+from tests.test_import import vllm_line
 
 
 def expect_error(cli, spec: str, *expected: str) -> None:
@@ -486,3 +490,70 @@ def test_a_nul_byte_in_a_path(cli, spec_file, where):
 def test_an_unlistenable_emulator_port(cli):
     result = cli("emulator", "--port", "99999")
     assert result.code == 2 and "65535" in result.out + result.err
+
+
+# -- run folders and output paths that are not what they should be: exit 2, naming them -----------------------------
+
+RUN_COMMANDS = [
+    ["submit"],
+    ["status"],
+    ["collect"],
+    ["collect", "--from", "out.jsonl"],
+    ["score"],
+    ["rescore", "--spec", "spec.yaml"],
+    ["report"],
+    ["view"],
+    ["export", "--for", "vllm"],
+    ["dissent"],
+    ["variance"],
+    ["answers"],
+]
+
+
+@pytest.mark.parametrize("command", RUN_COMMANDS, ids=" ".join)
+def test_every_command_on_a_folder_without_a_manifest_names_it(cli, spec_file, tmp_path, command):
+    spec_file(BASE)
+    (tmp_path / "notarun").mkdir()
+    (tmp_path / "notarun" / "cells.jsonl").write_text("")
+    result = cli(command[0], "notarun", *command[1:])
+    assert result.code == 2, result.err
+    assert "notarun is not a run directory (no manifest.json); compile a spec first" in result.err
+
+
+@pytest.mark.parametrize(
+    "manifest, message",
+    [
+        ('{"run_id": "x", ', "notarun/manifest.json cannot be read (Expecting"),
+        ('{"run_id": "x"}', "notarun/manifest.json lacks models: the run directory is damaged"),
+        ('{"run_id": "x", "models": []}', "notarun/spec.yaml is missing: the run directory is damaged"),
+    ],
+    ids=["cut", "no models", "no spec"],
+)
+def test_a_damaged_run_directory_is_named(cli, tmp_path, monkeypatch, manifest, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notarun").mkdir()
+    (tmp_path / "notarun" / "manifest.json").write_text(manifest)
+    for command in ("status", "report", "score"):
+        result = cli(command, "notarun")
+        assert result.code == 2, result.err
+        assert message in result.err
+
+
+def test_an_output_path_through_a_file_is_refused_naming_it(cli, spec_file, tmp_path):
+    spec = spec_file(BASE)
+    (tmp_path / "afile").write_text("")
+    for command in ("compile", "run"):
+        result = cli(command, spec, "-o", "afile/out")
+        assert result.code == 2, result.err
+        assert "cannot write the run directory under afile/out: afile is not a folder" in result.err
+    run = cli("compile", spec, "-o", "outputs").out.strip()
+    shards = sorted(glob.glob(f"{run}/answers/requests/*.jsonl"))
+    lines = [json.loads(line) for f in shards for line in Path(f).read_text().splitlines()]
+    with open("out.jsonl", "w") as fh:
+        fh.writelines(json.dumps(vllm_line(line, "1234567", i)) + "\n" for i, line in enumerate(lines))
+    assert cli("collect", run, "--from", "out.jsonl").code == 0
+    assert cli("score", run).code == 0
+    for command in ("report", "answers"):
+        result = cli(command, run, "-o", "afile/x")
+        assert result.code == 2, result.err
+        assert "cannot write afile/x: Not a directory — a part of this path is a file, not a folder" in result.err
