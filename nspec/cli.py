@@ -432,16 +432,23 @@ def export(
     stage: Annotated[str, typer.Option("--stage", help="answers, or judge once judge requests are compiled.")] = (
         "answers"
     ),
+    models: Annotated[
+        list[str] | None,
+        typer.Option("--models", help="A model to export, by name or id (repeatable; default: every one vLLM runs)."),
+    ] = None,
 ) -> None:
     """Write the requests as files `vllm run-batch` reads (RUN/export/vllm/STAGE/), requests sharing a prefix in one
-    file; run them on GPUs and bring the output back with `nspec collect RUN --from OUTPUT`."""
+    file; run them on GPUs and bring the output back with `nspec collect RUN --from OUTPUT`. Models vLLM cannot run
+    (another provider's format) are left out, said."""
     from nspec.runners import pipeline
 
     if engine != "vllm":
         raise UserError(f"--for: unknown engine {engine!r} (known: vllm)")
     if stage not in ("answers", "judge"):
         raise UserError(f"--stage: {stage!r} is not a stage (answers or judge)")
-    exported = pipeline.export(run, shards, served_model_name, stage)
+    exported = pipeline.export(run, shards, served_model_name, stage, models or ())
+    for note in exported.notes:
+        _stderr().print(Text.assemble(("note: ", "yellow"), note))
     out = _stdout()
     for f in exported.files:
         out.print(
