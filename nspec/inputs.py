@@ -214,7 +214,8 @@ def _anchor(pattern: str, base_dir: str, confinement: Confinement | None) -> tup
         return "", [], "holds a NUL byte, which no path can"
     parts = pattern.split("/")
     if any(part.startswith("~") for part in parts):
-        return "", [], "starts a folder name with ~, which nspec does not expand: name the files relative to the spec"
+        why = "has a name starting with ~, which nspec does not expand as a shell does: name the files relative to"
+        return "", [], why + " the spec"
     first = next((i for i, part in enumerate(parts) if _MAGIC.search(part)), len(parts))
     if ".." in parts[first:]:
         return "", [], "has .. after a wildcard: put every .. before the first wildcard"

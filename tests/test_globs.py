@@ -74,7 +74,10 @@ def test_an_absolute_pattern_outside_the_root_is_refused_before_any_walk(root, c
         ("'../elsewhere/*.txt'", "lies outside the spec's root"),
         ("'../*/*.txt'", "lies outside the spec's root"),
         ("'hay/*/../../../elsewhere/*'", "has .. after a wildcard: put every .. before the first wildcard"),
-        ("'~/hay/*.txt'", "starts a folder name with ~, which nspec does not expand: name the files relative to"),
+        (
+            "'~/hay/*.txt'",
+            "has a name starting with ~, which nspec does not expand as a shell does: name the files relative to",
+        ),
     ],
     ids=["parent", "parent then wildcard", "dotdot after a wildcard", "tilde"],
 )
