@@ -9,7 +9,7 @@ after a newline (`\n|Next`). No piece of either pattern can span them.
 
 from __future__ import annotations
 
-import glob
+import codecs
 import gzip
 import hashlib
 import itertools
@@ -19,13 +19,13 @@ import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from nspec.errors import Location, SpecError, SpecIssue
-from nspec.inputs import Confinement, InputRefused, open_regular, read_input
+from nspec.errors import Location, SpecError, SpecIssue, UserError
+from nspec.inputs import Confinement, InputRefused, glob_files, open_regular, read_input
 
 from .draws import Draws
 from .tokenizers import Tokenizer
@@ -108,13 +108,9 @@ def load_haystack(spec: dict[str, Any], base_dir: str, confinement: Confinement 
                 docs.append(data.decode("utf-8"))
                 names.append(f"{corpus}/{name}")
     elif kind == "files":
-        for path in haystack_paths(spec, base_dir):
+        for path in haystack_paths(spec, base_dir, confinement):
             name = os.path.relpath(path, base_dir)
-            data = inputs.add(name, _read(path, confinement))
-            try:
-                docs.append(data.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise SpecError([SpecIssue(Location(path, 1, 1), "haystack.files", f"not UTF-8: {exc}")]) from None
+            docs.append(inputs.add(name, _read(path, confinement)).decode("utf-8"))
             names.append(name)
     elif kind == "noise":
         sentences = RULER_NOISE if spec["noise"] is True else tuple(spec["noise"]["sentences"])
@@ -125,12 +121,16 @@ def load_haystack(spec: dict[str, Any], base_dir: str, confinement: Confinement 
     return HaystackSource(kind, docs, separator, vary, inputs.digest.hexdigest(), names=names, files=inputs.files)
 
 
-def haystack_paths(spec: dict[str, Any], base_dir: str) -> list[str]:
-    """The files a `files:` haystack reads, in order: every glob's matches, sorted, directories skipped (a recursive
-    glob lists them too)."""
+def haystack_paths(spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None) -> list[str]:
+    """The files a `files:` haystack reads, in order: every pattern's matches (`nspec.inputs.glob_files`: under the
+    root only), sorted, folders skipped."""
     patterns = [spec["files"]] if isinstance(spec["files"], str) else spec["files"]
-    matches = {p for pat in patterns for p in glob.glob(os.path.join(base_dir, pat), recursive=True)}
-    return sorted(p for p in matches if not os.path.isdir(p))
+    found: set[str] = set()
+    for matched in glob_files(patterns, base_dir, confinement):
+        if matched.refused is not None:
+            raise UserError(f"haystack.files: {matched.pattern!r} {matched.refused}")
+        found.update(matched.files)
+    return sorted(found)
 
 
 def _load_stack(
@@ -179,47 +179,73 @@ def _load_stack(
 
 # The most nspec reads of one haystack or stack file (the compile holds its text in memory).
 MAX_SOURCE_BYTES = 256 << 20
+_BINARY_PROBE = 65536  # a NUL byte this near the start: a binary file
+_CHUNK = 1 << 20
 
 
 def source_problem(path: str) -> str | None:
-    """Why a haystack source file cannot fill a context (None if it can): only a regular file is ever read — a
-    directory, FIFO, socket or device is refused unread — and it must hold text: not empty, not only white space,
-    no NUL byte (a binary file) in its first 64 KB."""
+    """Why a haystack or stack file cannot be read (None if it can), found as compile would find it, a chunk at a
+    time: only a regular file is ever read — a directory, FIFO, socket or device is refused unread — no larger than
+    `MAX_SOURCE_BYTES`, and holding text (`text_problem`)."""
     try:
         with open_regular(path) as fh:
-            head = fh.read(65536)
-            if not head:
-                return "is empty"
-            if b"\0" in head:
-                return "is binary (it holds NUL bytes), not text"
-            chunk = head
-            while chunk and not chunk.strip():
-                chunk = fh.read(1 << 20)
-            if not chunk.strip():
-                return "holds only white space"
+            return text_problem(iter(lambda: fh.read(_CHUNK), b""))
     except InputRefused as exc:
         return exc.reason
     except OSError as exc:
         return f"cannot be read: {exc.strerror or exc}"
-    return None
+
+
+def text_problem(chunks: Iterable[bytes]) -> str | None:
+    """Why the bytes of a source, given in order, are not text nspec can use (None if they are): no more than
+    `MAX_SOURCE_BYTES`, not empty, no NUL byte (a binary file) in the first 64 KB, UTF-8 throughout, not only
+    white space. Reads no further than the first problem."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    size = lines = 0
+    blank = True
+    for chunk in chunks:
+        if size < _BINARY_PROBE and b"\0" in chunk[: _BINARY_PROBE - size]:
+            return "is binary (it holds NUL bytes), not text"
+        try:
+            decoder.decode(chunk)
+        except UnicodeDecodeError as exc:
+            held = len(exc.object) - len(chunk)  # the bytes of a character the last chunk left open
+            offset, line = size - held + exc.start, lines + exc.object.count(b"\n", 0, exc.start) + 1
+            return f"is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {offset:,} (line {line})"
+        size, lines = size + len(chunk), lines + chunk.count(b"\n")
+        if size > MAX_SOURCE_BYTES:
+            return f"is larger than {MAX_SOURCE_BYTES:,} bytes, the most nspec reads from such a file"
+        blank = blank and not chunk.strip()
+    if size == 0:
+        return "is empty"
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return "is not UTF-8 text: it ends in the middle of a character"
+    return "holds only white space" if blank else None
 
 
 def _read(path: str, confinement: Confinement | None) -> bytes:
+    """The bytes of a haystack or stack file, UTF-8 text, after every check `source_problem` makes (one read)."""
     problem = confinement.problem(path) if confinement is not None else None
+    data = b""
     if problem is None:
-        problem = source_problem(path)
+        try:
+            data = read_input(path, MAX_SOURCE_BYTES)
+        except InputRefused as exc:
+            problem = exc.reason
+    if problem is None:
+        view = memoryview(data)
+        problem = text_problem(view[i : i + _CHUNK].tobytes() for i in range(0, len(data), _CHUNK))
     if problem is not None:
         raise SpecError([SpecIssue(Location(path, 1, 1), "haystack", f"{path} {problem}")])
-    try:
-        return read_input(path, MAX_SOURCE_BYTES)
-    except InputRefused as exc:
-        raise SpecError([SpecIssue(Location(path, 1, 1), "haystack", str(exc))]) from None
+    return data
 
 
 def _jsonl(path: str, name: str, inputs: _Inputs, confinement: Confinement | None) -> list[tuple[int, dict[str, Any]]]:
     data = inputs.add(name, _read(path, confinement))
     out = []
-    for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+    for line_no, line in enumerate(data.decode("utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:

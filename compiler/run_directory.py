@@ -20,8 +20,9 @@ from typing import IO, Any
 from ruamel.yaml import YAML
 
 from nspec import __version__, jsonl
-from nspec.errors import CompileError, writing
+from nspec.errors import CompileError, UserError, writing
 from nspec.inputs import Confinement
+from nspec.rundir import file_in_the_way
 
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model, models_of
 from .counts import CountsFile, Fetch
@@ -474,6 +475,9 @@ def compile_run(
     ``confinement`` (when given: `nspec.spec.load_spec` makes it) are refused unread; a grid of more than
     ``max_cells`` cells is refused before any work; models with ``counts`` (the provider's, from the spec's counts
     file) are fitted and counted in them."""
+    blocked = file_in_the_way(Path(out_root) / spec["name"])
+    if blocked is not None:  # said before the work, not after
+        raise UserError(f"cannot write the run directory under {out_root}: {blocked} is not a folder")
     source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
     parent = Path(out_root) / spec["name"]
     final = parent / digest[:12]

@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -32,7 +33,7 @@ from nspec import __version__
 from nspec.compiler.run_directory import DEFAULT_MAX_CELLS
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError, storage_error
 from nspec.provenance import describe, summary
-from nspec.runners.events import Event
+from nspec.runners.events import Event, listening
 from nspec.spec import load_spec, schema_path
 
 app = typer.Typer(
@@ -270,7 +271,8 @@ def compile_command(
     """Write the run directory (outputs/<name>/<run id>) with cells and provider request files; print its path."""
     from nspec.runners import pipeline
 
-    compiled = pipeline.compile_spec(spec, out, allow_path or (), max_cells)
+    with _Progress():  # a local model's tokenizer loads it: said
+        compiled = pipeline.compile_spec(spec, out, allow_path or (), max_cells)
     if not compiled.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
     _stdout().print(str(compiled.path), markup=False)
@@ -485,16 +487,23 @@ def export(
     stage: Annotated[str, typer.Option("--stage", help="answers, or judge once judge requests are compiled.")] = (
         "answers"
     ),
+    models: Annotated[
+        list[str] | None,
+        typer.Option("--models", help="A model to export, by name or id (repeatable; default: every one vLLM runs)."),
+    ] = None,
 ) -> None:
     """Write the requests as files `vllm run-batch` reads (RUN/export/vllm/STAGE/), requests sharing a prefix in one
-    file; run them on GPUs and bring the output back with `nspec collect RUN --from OUTPUT`."""
+    file; run them on GPUs and bring the output back with `nspec collect RUN --from OUTPUT`. Models vLLM cannot run
+    (another provider's format) are left out, said."""
     from nspec.runners import pipeline
 
     if engine != "vllm":
         raise UserError(f"--for: unknown engine {engine!r} (known: vllm)")
     if stage not in ("answers", "judge"):
         raise UserError(f"--stage: {stage!r} is not a stage (answers or judge)")
-    exported = pipeline.export(run, shards, served_model_name, stage)
+    exported = pipeline.export(run, shards, served_model_name, stage, models or ())
+    for note in exported.notes:
+        _stderr().print(Text.assemble(("note: ", "yellow"), note))
     out = _stdout()
     for f in exported.files:
         out.print(
@@ -757,18 +766,63 @@ class _Rate(ProgressColumn):
         return Text(f"{task.speed:.1f}/s" if task.speed else "-/s")
 
 
-class _Progress:
-    """Renders a stage's events: the run directory as soon as it is known, a progress bar of live and local
-    requests on a terminal (done/total, rate, ETA, cost), and each wait for pending batches."""
+class _ProgressLines:
+    """Progress of live and local requests where no bar can be drawn (stderr is not a terminal: CI, `| tee`): a line
+    when a send starts, one every `EVERY` seconds while answers come (done/total, pace, cost), and one when it
+    ends — never one per request."""
 
-    def __init__(self) -> None:
+    EVERY = 10.0
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.start = Event("live-start")
+        self.started = self.said = 0.0
+        self.done, self.cost = 0, 0.0
+
+    def show(self, event: Event) -> None:
+        now = self.clock()
+        if event.name == "live-start":
+            self.start, self.started, self.said, self.done, self.cost = event, now, now, 0, 0.0
+            _stderr().print(f"{event.stage}: {event.total:,} {event.kind} requests to send", markup=False)
+        elif event.name == "live-result":
+            self.done, self.cost = self.done + 1, event.cost_usd
+            if now - self.said >= self.EVERY and self.done < self.start.total:  # the last is said at the end
+                self.said = now
+                self.say(now, final=False)
+        elif event.name == "live-end":
+            self.say(now, final=True)
+
+    def say(self, now: float, final: bool) -> None:
+        elapsed = now - self.started
+        pace = "-/s"
+        if self.done and elapsed > 0:
+            pace = f"{self.done / elapsed:.1f}/s" if self.done >= elapsed else f"{elapsed / self.done:.1f}s each"
+        _stderr().print(
+            f"{self.start.stage}: {self.done:,}/{self.start.total:,} {self.start.kind} requests, {pace}, "
+            f"${self.cost:.4f}; " + (f"done in {elapsed:.0f}s" if final else f"{elapsed:.0f}s so far"),
+            markup=False,
+        )
+
+
+class _Progress:
+    """Renders a stage's events: the run directory as soon as it is known, a local model loading, progress of live
+    and local requests — a bar on a terminal (done/total, rate, ETA, cost), else a line every few seconds
+    (`_ProgressLines`) — and each wait for pending batches. While inside, it also hears the events announced where
+    no listener is passed (`runners.events.listening`)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.bar: Progress | None = None
         self.task: TaskID | None = None
+        self.lines = None if sys.stderr.isatty() else _ProgressLines(clock)
+        self.installed = listening(self.show)
 
     def __enter__(self) -> Callable[[Event], None]:
+        self.installed.__enter__()
         return self.show
 
     def show(self, event: Event) -> None:
+        if self.lines is not None:
+            self.lines.show(event)
         if event.name == "destinations":
             _stdout().print(f"sends to: {event.detail}", markup=False)
         elif event.name == "compiled":
@@ -810,6 +864,14 @@ class _Progress:
                 self.task = self.bar.add_task("calibrate", total=None, cost="")
             if self.task is not None:
                 self.bar.update(self.task, advance=1, cost=event.detail)
+        elif event.name in ("loading", "loaded"):
+            console = _stderr() if self.bar is None else self.bar.console  # above a bar that is being drawn
+            said = (
+                f"loading {event.detail}…"
+                if event.name == "loading"
+                else f"{event.detail} loaded in {event.delay:.1f}s"
+            )
+            console.print(said, markup=False)
 
     def _stop(self) -> None:
         if self.bar is not None:
@@ -818,6 +880,7 @@ class _Progress:
 
     def __exit__(self, *exc: object) -> None:
         self._stop()
+        self.installed.__exit__(None, None, None)
 
 
 def _finish(pending: int, failed: int, failures: dict[str, tuple[int, str]] | None = None) -> None:

@@ -115,6 +115,7 @@ _STORAGE_FAULTS = {
     errno.EACCES: "permission denied: fix the folder's permissions, or use -o to write elsewhere",
     errno.EPERM: "permission denied: fix the folder's permissions, or use -o to write elsewhere",
     errno.EIO: "the disk refused the write (full, past a file-size limit, or failing): free space or check the disk",
+    errno.ENOTDIR: "a part of this path is a file, not a folder: write elsewhere (-o)",
 }
 
 

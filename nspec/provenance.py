@@ -19,7 +19,7 @@ def input_files(loaded: LoadedSpec) -> list[tuple[str, str]]:
     files = [(loaded.files[0], "spec"), *((f, "include") for f in loaded.files[1:])]
     haystack = loaded.data["haystack"]
     if "files" in haystack:
-        files += [(p, "haystack") for p in haystack_paths(haystack, loaded.base_dir)]
+        files += [(p, "haystack") for p in haystack_paths(haystack, loaded.base_dir, loaded.confinement)]
     if "stack" in haystack:
         files += [(os.path.join(loaded.base_dir, haystack["stack"][k]), "stack") for k in ("items", "questions")]
     if loaded.counts is not None:

@@ -66,6 +66,15 @@ class RunPaths:
         return self.root / stage / "manifest.json"
 
 
+def file_in_the_way(folder: Path) -> Path | None:
+    """What stands, not a folder (a file, a broken link), where ``folder`` or one of its parents must be, so that
+    ``folder`` cannot be made; None if nothing does."""
+    for part in (folder, *folder.parents):
+        if os.path.lexists(part):
+            return None if part.is_dir() else part
+    return None
+
+
 def cache_dir() -> Path:
     """nspec's cache folder (the local model's file, the report's script bundle): `NSPEC_CACHE_DIR`, else
     `$XDG_CACHE_HOME/nspec`, else `~/.cache/nspec`."""

@@ -189,9 +189,11 @@ def collect_from(
         return import_results(Run(run), Path(output_file))
 
 
-def export(run: str | Path, shards: int, served_model_name: str | None, stage: str = "answers") -> Exported:
+def export(
+    run: str | Path, shards: int, served_model_name: str | None, stage: str = "answers", models: Sequence[str] = ()
+) -> Exported:
     """Write the stage's requests as files `vllm run-batch` reads (see `runners.export`)."""
-    return export_vllm(Run(run), shards, served_model_name, stage)
+    return export_vllm(Run(run), shards, served_model_name, stage, models)
 
 
 def score(

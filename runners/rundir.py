@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from nspec import jsonl
 from nspec.compiler.prices import Lane, price_for
@@ -48,8 +49,8 @@ class Run:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.paths = run_paths(self.path)
-        self.manifest: Manifest = json.loads(self.paths.manifest.read_text("utf-8"))
-        self.spec: dict[str, Any] = YAML(typ="safe", pure=True).load(self.paths.spec.read_text("utf-8"))
+        self.manifest: Manifest = _record(self.paths.manifest, json.loads, ("run_id", "models"))
+        self.spec: dict[str, Any] = _record(self.paths.spec, YAML(typ="safe", pure=True).load, ("models",))
         override = self.paths.scoring_override
         if override.is_file():  # `nspec rescore` changed how this run is graded
             self.spec["scoring"] = YAML(typ="safe", pure=True).load(override.read_text("utf-8"))
@@ -126,8 +127,28 @@ def run_paths(root: Path) -> RunPaths:
     """The paths of the run directory ``root``, once it is one."""
     paths = RunPaths(root)
     if not paths.manifest.is_file():
-        raise UserError(f"{root} is not a run directory (no manifest.json); compile a spec first")
+        why = "no manifest.json" if root.is_dir() else "no such folder"
+        raise UserError(f"{root} is not a run directory ({why}); compile a spec first: nspec compile SPEC prints one")
     return paths
+
+
+def _record(path: Path, parse: Callable[[str], Any], keys: tuple[str, ...]) -> Any:
+    """A record compile wrote (the manifest, the resolved spec), parsed; a damaged one is bad input, named."""
+    try:
+        data = parse(path.read_text("utf-8"))
+    except FileNotFoundError:
+        data, why = None, "is missing"
+    except (ValueError, YAMLError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        data, why = None, f"cannot be read ({str(exc).splitlines()[0][:200]})"
+    else:
+        missing = [key for key in keys if not isinstance(data, dict) or key not in data]
+        if not missing:
+            return data
+        why = f"lacks {', '.join(missing)}"
+    raise UserError(
+        f"{path} {why}: the run directory is damaged; restore it from a copy, or compile the spec again into a new "
+        "folder (-o)"
+    )
 
 
 _held: set[Path] = set()  # run directories this process works in now

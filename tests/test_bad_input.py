@@ -1,11 +1,15 @@
 """Every bad input gets one located message, exit code 2 and no traceback."""
 
+import glob
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import BASE
+from tests.test_import import vllm_line
 
 
 def expect_error(cli, spec: str, *expected: str) -> None:
@@ -267,8 +271,13 @@ FILES_SPEC = BASE.replace("haystack: {corpus: austen}", "haystack: {files: 'hay/
         (lambda p: p.write_text(" \n\t\n  "), "hay/a.txt holds only white space"),
         (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), "hay/a.txt is binary (it holds NUL bytes)"),
         (lambda p: os.mkfifo(p), "hay/a.txt is a FIFO, not a regular file: refused unread"),
+        (
+            lambda p: p.write_bytes("A first line.\nUne journée d'été.\n".encode("latin-1")),
+            "hay/a.txt is not UTF-8 text: byte 0xe9 at offset 23 (line 2)",
+        ),
+        (lambda p: p.write_bytes("Un café".encode()[:-1]), "hay/a.txt is not UTF-8 text: it ends in the middle of a"),
     ],
-    ids=["empty", "whitespace", "binary", "fifo"],
+    ids=["empty", "whitespace", "binary", "fifo", "latin-1", "cut character"],
 )
 def test_a_haystack_file_that_cannot_fill_a_context(cli, spec_file, tmp_path, make, message):
     (tmp_path / "hay").mkdir()
@@ -279,6 +288,67 @@ def test_a_haystack_file_that_cannot_fill_a_context(cli, spec_file, tmp_path, ma
         assert result.code == 2, (command, result.err)
         assert f"spec.yaml:3:19: haystack.files: {message}" in result.err, result.err
         assert "Traceback" not in result.err
+
+
+def test_a_haystack_file_past_the_size_cap_is_refused_by_validate(cli, spec_file, tmp_path, monkeypatch):
+    monkeypatch.setattr("nspec.compiler.haystack.MAX_SOURCE_BYTES", 1000)
+    (tmp_path / "hay").mkdir()
+    (tmp_path / "hay" / "a.txt").write_text("A quiet sentence. " * 100)
+    for command in ("validate", "compile"):
+        result = cli(command, spec_file(FILES_SPEC))
+        assert result.code == 2
+        assert "haystack.files: hay/a.txt is larger than 1,000 bytes, the most nspec reads from such a file" in (
+            result.err
+        )
+
+
+def test_utf8_is_checked_across_the_chunks_a_file_is_read_in():
+    from nspec.compiler.haystack import text_problem
+
+    text = "Une journée d'été.\n".encode()
+    assert text_problem([text[:9], text[9:10], text[10:]]) is None  # é cut between chunks
+    bad = text[:10] + b"\xe9" + text[11:]
+    assert text_problem([b"line one\n", bad[:10], bad[10:]]) == (
+        "is not UTF-8 text: byte 0xc3 at offset 18 (line 2)"  # the é left open is the first bad byte
+    )
+
+
+STACK_SPEC = BASE.replace(
+    "haystack: {corpus: austen}", "haystack: {stack: {items: items.jsonl, questions: q.jsonl}}"
+).replace(BASE[BASE.index("needles:") : BASE.index("grid:")], "")
+ITEMS = "".join(f'{{"id": "i{i}", "text": "Ship {i} left at {i} o\'clock."}}\n' for i in range(5))
+
+
+@pytest.mark.parametrize(
+    "items, questions, message",
+    [
+        (
+            ITEMS.replace('"i2"', "i2"),
+            '{"item": "i1", "question": "When?", "answer": "1"}\n',
+            "items.jsonl:3:1: not valid JSON: Expecting value",
+        ),
+        (
+            ITEMS,
+            '{"item": "i9", "question": "When?", "answer": "9"}\n',
+            "q.jsonl:1:1: item 'i9' is not in items.jsonl",
+        ),
+        (ITEMS, '{"item": "i1", "answer": "1"}\n', "q.jsonl:1:1: needs `item`, `question` and `answer`"),
+        (
+            ITEMS.replace("Ship 3", "Sh\xefp 3"),
+            '{"item": "i1", "question": "When?", "answer": "1"}\n',
+            "haystack.stack.items: items.jsonl is not UTF-8 text: byte 0xef at offset",
+        ),
+    ],
+    ids=["bad json", "unknown item", "missing field", "latin-1"],
+)
+def test_validate_reads_a_stack_as_compile_does(cli, spec_file, tmp_path, items, questions, message):
+    (tmp_path / "items.jsonl").write_bytes(items.encode("latin-1"))
+    (tmp_path / "q.jsonl").write_text(questions)
+    spec = spec_file(STACK_SPEC)
+    for command in ("validate", "compile"):
+        result = cli(command, spec)
+        assert result.code == 2, (command, result.err)
+        assert message in result.err, result.err
 
 
 def test_a_glob_of_directories_only(cli, spec_file, tmp_path):
@@ -420,3 +490,70 @@ def test_a_nul_byte_in_a_path(cli, spec_file, where):
 def test_an_unlistenable_emulator_port(cli):
     result = cli("emulator", "--port", "99999")
     assert result.code == 2 and "65535" in result.out + result.err
+
+
+# -- run folders and output paths that are not what they should be: exit 2, naming them -----------------------------
+
+RUN_COMMANDS = [
+    ["submit"],
+    ["status"],
+    ["collect"],
+    ["collect", "--from", "out.jsonl"],
+    ["score"],
+    ["rescore", "--spec", "spec.yaml"],
+    ["report"],
+    ["view"],
+    ["export", "--for", "vllm"],
+    ["dissent"],
+    ["variance"],
+    ["answers"],
+]
+
+
+@pytest.mark.parametrize("command", RUN_COMMANDS, ids=" ".join)
+def test_every_command_on_a_folder_without_a_manifest_names_it(cli, spec_file, tmp_path, command):
+    spec_file(BASE)
+    (tmp_path / "notarun").mkdir()
+    (tmp_path / "notarun" / "cells.jsonl").write_text("")
+    result = cli(command[0], "notarun", *command[1:])
+    assert result.code == 2, result.err
+    assert "notarun is not a run directory (no manifest.json); compile a spec first" in result.err
+
+
+@pytest.mark.parametrize(
+    "manifest, message",
+    [
+        ('{"run_id": "x", ', "notarun/manifest.json cannot be read (Expecting"),
+        ('{"run_id": "x"}', "notarun/manifest.json lacks models: the run directory is damaged"),
+        ('{"run_id": "x", "models": []}', "notarun/spec.yaml is missing: the run directory is damaged"),
+    ],
+    ids=["cut", "no models", "no spec"],
+)
+def test_a_damaged_run_directory_is_named(cli, tmp_path, monkeypatch, manifest, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notarun").mkdir()
+    (tmp_path / "notarun" / "manifest.json").write_text(manifest)
+    for command in ("status", "report", "score"):
+        result = cli(command, "notarun")
+        assert result.code == 2, result.err
+        assert message in result.err
+
+
+def test_an_output_path_through_a_file_is_refused_naming_it(cli, spec_file, tmp_path):
+    spec = spec_file(BASE)
+    (tmp_path / "afile").write_text("")
+    for command in ("compile", "run"):
+        result = cli(command, spec, "-o", "afile/out")
+        assert result.code == 2, result.err
+        assert "cannot write the run directory under afile/out: afile is not a folder" in result.err
+    run = cli("compile", spec, "-o", "outputs").out.strip()
+    shards = sorted(glob.glob(f"{run}/answers/requests/*.jsonl"))
+    lines = [json.loads(line) for f in shards for line in Path(f).read_text().splitlines()]
+    with open("out.jsonl", "w") as fh:
+        fh.writelines(json.dumps(vllm_line(line, "1234567", i)) + "\n" for i, line in enumerate(lines))
+    assert cli("collect", run, "--from", "out.jsonl").code == 0
+    assert cli("score", run).code == 0
+    for command in ("report", "answers"):
+        result = cli(command, run, "-o", "afile/x")
+        assert result.code == 2, result.err
+        assert "cannot write afile/x: Not a directory — a part of this path is a file, not a folder" in result.err

@@ -73,9 +73,8 @@ def test_a_symlink_out_of_the_root_is_followed_before_the_check(repo, tmp_path, 
     spec = write(repo / "specs" / "spec.yaml", BASE.replace("{corpus: austen}", "{files: hay.txt}"))
     result = cli("validate", spec)
     assert result.code == 2
-    assert f"hay.txt lies outside the spec's root {repo} (it leads to {tmp_path / 'elsewhere' / 'secret.txt'})" in (
-        result.err
-    )
+    assert f"'hay.txt' lies outside the spec's root {repo} (through a symbolic link)" in result.err
+    assert "elsewhere" not in result.err  # where it leads is not said
     out = str(tmp_path / "out")
     allowed = cli("compile", spec, "--allow-path", str(tmp_path / "elsewhere"), "-o", out)
     assert allowed.code == 0, allowed.err  # the user said so

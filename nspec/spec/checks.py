@@ -6,17 +6,16 @@ checks therefore look only at values of the expected type and skip the rest (the
 
 from __future__ import annotations
 
-import glob
 import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 from nspec.compiler import grid as grid_axes
-from nspec.compiler.haystack import source_problem
+from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.prices import close_names, table_entry
-from nspec.errors import SpecIssue, UserError
-from nspec.inputs import Confinement
+from nspec.errors import SpecError, SpecIssue, UserError
+from nspec.inputs import Confinement, glob_files
 from nspec.providers import Provider, key_destination_problem, names, provider
 from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
@@ -178,44 +177,60 @@ class _Checker:
                         ids[nid] = i
 
     def haystack_files(self, haystack: dict[str, Any]) -> None:
-        """Every file a haystack names exists, lies under the spec's root, and can fill a context: text, not empty,
-        a regular file."""
+        """Every file a haystack names exists, lies under the spec's root, and can be read as compile reads it:
+        patterns walked as compile walks them (`nspec.inputs.glob_files`), each file a regular file of UTF-8 text,
+        not empty, not only white space; a stack's lines as compile parses them."""
         files = haystack.get("files")
-        patterns = [files] if isinstance(files, str) else files if isinstance(files, list) else []
-        for i, pattern in enumerate(patterns):
-            if not isinstance(pattern, str):
-                continue
-            path: Path = ("haystack", "files") if isinstance(files, str) else ("haystack", "files", i)
-            if "\0" in pattern:
-                self.error(path, "a pattern cannot hold a NUL byte")
-                continue
-            matches = sorted(glob.glob(os.path.join(self.base_dir, pattern), recursive=True))
-            if not matches:
-                self.error(path, f"no file matches {pattern!r} (relative to the spec's folder)")
-            elif all(os.path.isdir(m) for m in matches):
-                self.error(path, f"{pattern!r} matches only directories; give a pattern of files, e.g. {pattern}/*.txt")
-            for match in matches:
-                if not os.path.isdir(match):
-                    self.source_file(path, match, os.path.relpath(match, self.base_dir))
+        patterns: list[tuple[Path, str]] = (
+            [(("haystack", "files"), files)]
+            if isinstance(files, str)
+            else [(("haystack", "files", i), p) for i, p in enumerate(files) if isinstance(p, str)]
+            if isinstance(files, list)
+            else []
+        )
+        found = glob_files([pattern for _, pattern in patterns], self.base_dir, self.confinement)
+        for (path, pattern), matched in zip(patterns, found, strict=False):  # the walk stops at its cap
+            shown = repr(pattern.replace("\0", "\\0"))
+            if matched.refused is not None:
+                self.error(path, f"{shown} {matched.refused}")
+            elif not matched.files and not matched.directories:
+                self.error(path, f"no file matches {shown} (relative to the spec's folder)")
+            elif not matched.files:
+                self.error(path, f"{shown} matches only directories; give a pattern of files, e.g. {pattern}/*.txt")
+            for match in matched.files:
+                self.source_file(path, match, os.path.relpath(match, self.base_dir))
         stack = haystack.get("stack")
         if isinstance(stack, dict):
+            fit = True
             for key in ("items", "questions"):
                 name = stack.get(key)
                 if not isinstance(name, str):
+                    fit = False
                     continue
                 full = os.path.join(self.base_dir, name)
-                if "\0" not in name and not os.path.lexists(full):
+                outside = self.confinement.problem(full) if self.confinement is not None else None
+                if outside is None and "\0" not in name and not os.path.lexists(full):  # outside: not even looked at
                     self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
+                    fit = False
                 else:
-                    self.source_file(("haystack", "stack", key), full, repr(name) if "\0" in name else name)
+                    fit = (
+                        self.source_file(("haystack", "stack", key), full, repr(name) if "\0" in name else name) and fit
+                    )
+            if fit and self.valid(("haystack",)):
+                try:  # its lines, as compile reads them
+                    load_haystack(haystack, self.base_dir, self.confinement)
+                except SpecError as exc:
+                    self.issues += exc.issues
 
-    def source_file(self, path: Path, file: str, shown: str) -> None:
-        """One haystack or stack file: inside the root (checked first: a file outside is never opened), then fit."""
+    def source_file(self, path: Path, file: str, shown: str) -> bool:
+        """One haystack or stack file: inside the root (checked first: a file outside is never opened), then fit.
+        Whether it is."""
         problem = self.confinement.problem(file) if self.confinement is not None else None
         if problem is None:
             problem = source_problem(file)
         if problem is not None:
             self.error(path, f"{shown} {problem}")
+        return problem is None
 
     def needle(self, path: Path, needle: dict[str, Any]) -> None:
         variables = needle.get("vars")

@@ -40,6 +40,7 @@ from nspec.compiler.tokenizers import Tokenizer
 from nspec.errors import UserError
 from nspec.providers import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
 from nspec.rundir import cache_dir
+from nspec.runners.events import Event, announce
 from nspec.runners.providers import BaseProvider
 from nspec.runners.providers.openai import COMPATIBLE, parse_result
 
@@ -220,10 +221,15 @@ _engines_lock = threading.Lock()
 
 
 def engine(name: str, slots: int = 1) -> Engine:
-    """The engine of local model ``name`` with ``slots`` parallel requests, loaded once per process."""
+    """The engine of local model ``name`` with ``slots`` parallel requests, loaded once per process (said: loading
+    takes seconds, before any answer comes)."""
     with _engines_lock:
         if (name, slots) not in _engines:
-            _engines[(name, slots)] = Engine(model_file(name), slots)
+            path = model_file(name)
+            announce(Event("loading", detail=f"{name} ({path.stat().st_size / 1e6:,.0f} MB)"))
+            started = time.monotonic()
+            _engines[(name, slots)] = Engine(path, slots)
+            announce(Event("loaded", detail=name, delay=time.monotonic() - started))
         return _engines[(name, slots)]
 
 
