@@ -185,6 +185,7 @@ def test_a_sampling_parameter_of_a_claude_model_is_refused_located(cli, spec_fil
         ("google/gemini-2.5-flash", "models[0].params.top_kk: Gemini's generationConfig has no field 'topKk'"),
         ("mistral/mistral-small-latest", "Mistral's chat completion request has no parameter 'top_kk'"),
         ("together/deepseek-ai/DeepSeek-V3", "Together's chat completions request has no parameter 'top_kk'"),
+        ("local/gemma-3-270m", "models[0].params.top_kk: the local engine does not support `top_kk` (it takes"),
     ],
 )
 def test_an_unknown_param_is_refused_for_every_provider_with_known_request_types(cli, spec_file, model, message):
