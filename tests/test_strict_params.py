@@ -556,3 +556,9 @@ def test_every_shipped_spec_compiles_to_lines_the_apis_accept(name, tmp_path, mo
     for model in models_of({"models": judging["models"]}) if judging else []:
         line = judge_request(model, judging.get("rubric", "pass-fail"), cell, "an answer", "judge-1")
         assert accepted(model.api, line) == [], model.label
+
+
+def test_params_of_an_entry_the_schema_refuses_are_not_checked_into_a_crash(cli, spec_file):
+    spec = with_models("[{id: openai/gpt-4.1-mini, endpoint: foo}]", "defaults: {params: {temperature: 0}}\n")
+    result = cli("validate", spec_file(spec))
+    assert result.code == 2 and "models[0].endpoint: must be one of: chat, responses" in result.err

@@ -231,6 +231,8 @@ class OpenAI(BaseProvider):
         given = entry.get("params")
         params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         out: dict[str, str] = {}
+        if str(entry.get("endpoint", "chat")) not in ENDPOINTS:
+            return out  # an endpoint it does not have: that is the entry's issue (`model_issues`)
         for refusal in self._refusals(entry):
             key = _spec_key(refusal.param, params)
             if params.get(key) is not None:
@@ -245,6 +247,8 @@ class OpenAI(BaseProvider):
 
     def _refusals(self, entry: Mapping[str, Any]) -> list[Refusal]:
         """What OpenAI refuses in a line of the entry (its params as sent), for the model it runs."""
+        if str(entry.get("endpoint", "chat")) not in ENDPOINTS:
+            return []
         given = entry.get("params")
         params = {k: v for k, v in given.items() if v is not None} if isinstance(given, Mapping) else {}
         line = self.request_line(entry, "check", None, "", None, params, 1)
