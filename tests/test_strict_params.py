@@ -562,3 +562,23 @@ def test_params_of_an_entry_the_schema_refuses_are_not_checked_into_a_crash(cli,
     spec = with_models("[{id: openai/gpt-4.1-mini, endpoint: foo}]", "defaults: {params: {temperature: 0}}\n")
     result = cli("validate", spec_file(spec))
     assert result.code == 2 and "models[0].endpoint: must be one of: chat, responses" in result.err
+
+
+def test_a_default_a_model_takes_only_at_other_values_is_left_out_and_said():
+    from nspec.compiler.cells import models_of
+    from nspec.compiler.run_directory import left_out_notes
+
+    spec = {
+        "models": [
+            {"id": "openai/gpt-5", "params": {"reasoning_effort": "minimal"}},
+            {"id": "openai/o3", "params": {"reasoning_effort": None}},
+            {"id": "anthropic/claude-opus-4-7", "params": {"thinking": None}},
+        ]
+    }
+    notes = left_out_notes(spec, models_of(spec))
+    assert [n["message"] for n in notes] == [
+        "openai/o3: reasoning_effort left out of its requests (null in its params): o3 takes reasoning_effort low, "
+        "medium, high (OpenAI)",
+        "anthropic/claude-opus-4-7: thinking left out of its requests (null in its params): anthropic/claude-opus-4-7 "
+        "takes thinking of type adaptive or disabled (Anthropic)",
+    ]

@@ -167,6 +167,9 @@ class Anthropic(BaseProvider):
             if value is None and (key in SAMPLING or key not in PARAMS) and key not in _SPEC_NAMES:
                 why = "it takes no sampling parameters" if key in SAMPLING else "it is no parameter of its request"
                 out[key] = f"Anthropic's Messages API (anthropic-version {API_VERSION}): {why}"
+            elif value is None and key == "thinking":
+                takes = " or ".join(family(model_name(entry)).thinking_types())
+                out[key] = f"{entry['id']} takes thinking of type {takes} (Anthropic)"
         return out
 
     def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:

@@ -272,7 +272,9 @@ class OpenAI(BaseProvider):
         if effort is None:
             return None
         fam = family(model)
-        said = f"at reasoning_effort {effort}" + ("" if asked else ", its default" if fam.efforts else ", always")
+        said = f"at reasoning_effort {effort}" + ("" if asked else ", its default")
+        if not fam.efforts:
+            said = "always (it takes no reasoning_effort)"
         least = {"reasoning_effort": fam.efforts[0]} if fam.efforts else {}
         return Reasoning(said, REASONING_TOKENS.get(effort, REASONING_TOKENS["medium"]), least)
 
