@@ -53,7 +53,7 @@ def effective_mode(model: Model) -> str:
 
 
 # A judge's reply: a verdict token or a score (runners.grading.judging asks for no more).
-JUDGE_MAX_TOKENS = 16
+JUDGE_ANSWER_TOKENS = 16
 # The judge prompt's own words around the question, expected answer, needle and answer (o200k tokens, checked
 # against the prompt in tests/test_costs.py).
 JUDGE_PROMPT_TOKENS = 180
@@ -167,6 +167,18 @@ class ModelTotals:
         }
 
 
+def judge_budget(model: Model) -> tuple[dict[str, Any], int]:
+    """The params and answer budget of a judge's requests: a verdict's tokens, and, for a model that reasons, room
+    for its reasoning at the least its API takes (its params' own settings win: an effort it sets, its max_tokens)."""
+    params = dict(model.params)
+    thinking = model.api.reasoning(model.entry)
+    if thinking is not None:
+        params = {**thinking.least, **params}
+        thinking = model.api.reasoning({**model.entry, "params": params})
+    budget = JUDGE_ANSWER_TOKENS + (thinking.tokens if thinking is not None else 0)
+    return params, params.get("max_tokens") or params.get("max_completion_tokens") or budget
+
+
 def _lane(plan_lane: str) -> Lane:
     """The provider lane a plan lane is billed at."""
     return next(lane for lane in LANES if lane == plan_lane.removesuffix("_cache"))
@@ -201,7 +213,7 @@ class JudgeTotals:
         for model in self.models:
             price = price_for(model.model_id, model.entry.get("price"))
             mode = effective_mode(model)
-            usage = Usage(self.input_tokens, self.requests * JUDGE_MAX_TOKENS)
+            usage = Usage(self.input_tokens, self.requests * judge_budget(model)[1])
             lane: Lane = "batch" if mode == "batch" else "flex" if mode == "flex" else "live"
             out.append(
                 {
@@ -357,6 +369,29 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
     return out
 
 
+def left_out_notes(spec: dict[str, Any], models: list[Model]) -> list[dict[str, Any]]:
+    """The params left out of a model's (or judge's) requests because its API refuses them: `defaults:` gave them to
+    every model, and the loader set them to null where they cannot go (`nspec.spec.loader`)."""
+    judging = next((s["judge"] for s in spec.get("scoring") or [] if "judge" in s), None)
+    judges = [] if judging is None else models_of({"models": judging["models"]})
+    out = []
+    for model, role in [*((m, "") for m in models), *((j, " (judge)") for j in judges)]:
+        why = model.api.refused_params(model.entry)
+        left = {key: why[key] for key, value in model.params.items() if value is None and key in why}
+        if left:
+            names = ", ".join(left)
+            reasons = "; ".join(dict.fromkeys(left.values()))
+            out.append(
+                {
+                    "kind": "left_out_params",
+                    "model": model.label + role,
+                    "params": list(left),
+                    "message": f"{model.label}{role}: {names} left out of its requests (null in its params): {reasons}",
+                }
+            )
+    return out
+
+
 def _count_notes(maker: CellMaker, model: Model, cells: int) -> list[dict[str, Any]]:
     """What a calibrated model's counts fell back to: cells the counts file has no counts for, and cells counted
     only by a composition that calibrate found wrong for this model."""
@@ -396,7 +431,7 @@ def plan(
         totals[cell.model.label].add(cell)
         judges.add(cell)
     models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
-    notes = fallbacks(source, maker, models)
+    notes = fallbacks(source, maker, models) + left_out_notes(spec, maker.models)
     return Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes, judges.as_list())
 
 
@@ -530,7 +565,7 @@ def _write(
         writer.close()
         totals[label].shards = writer.shards
     models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
-    notes = fallbacks(source, maker, models)
+    notes = fallbacks(source, maker, models) + left_out_notes(spec, maker.models)
     manifest = {
         "nspec_format": FORMAT_VERSION,
         "nspec_version": __version__,

@@ -159,6 +159,21 @@ class RateHeaders(NamedTuple):
     tokens: tuple[int | None, int | None]
 
 
+# Tokens to allow a model's reasoning at each effort, a short answer included: nspec's own figures (the providers
+# publish none; reasoning tokens are billed as output and count against the answer budget). `validate` warns where a
+# model's max_tokens is no more than this; a judge that reasons gets this plus its verdict.
+REASONING_TOKENS = {"minimal": 512, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768, "max": 65536}
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """How a model reasons, given its entry's params: its reasoning tokens count against the answer budget."""
+
+    how: str  # in words, for messages: "at reasoning_effort medium, its default"
+    tokens: int  # what to allow for its reasoning (`REASONING_TOKENS` at its effort, or the budget its params set)
+    least: Mapping[str, Any] = field(default_factory=dict)  # params that make it reason least, as its API takes them
+
+
 class BatchClient(Protocol):
     """A provider's batch I/O. Every method raises nspec errors (`Refused`, `ProviderError`), never the SDK's, and
     reads what the provider sends as untrusted input (`nspec.runners.providers.guard`)."""
@@ -293,6 +308,22 @@ class Provider(Protocol):
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         """Whether the model continues a final assistant message (a prefill) as the start of its answer."""
+        ...
+
+    def prefill_problem(self, entry: Mapping[str, Any], prefill: str) -> str | None:
+        """What is wrong with giving this prefill template to the model (a clause: "cannot continue a prefill: ..."),
+        or None when its API takes it."""
+        ...
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        """The entry's `params` its API refuses for its model (unknown to its request type, or not taken by its
+        family or API version), each with why: `validate` refuses them in a model's own params and leaves them out
+        where `defaults:` gives them. A param set to null is not sent: it is listed when the API refuses it at some
+        value, so the plan can say why it is left out."""
+        ...
+
+    def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:
+        """How the entry's model reasons with its params, or None when it does not."""
         ...
 
     def mode(self, entry: Mapping[str, Any]) -> str:

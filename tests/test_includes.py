@@ -67,7 +67,7 @@ def test_defaults_merge_into_models_and_judges(spec_file):
     spec = load_spec(spec_file(text))
     first, second = spec.data["models"]
     assert first["params"] == {"temperature": 1, "max_tokens": 100}
-    assert second["params"] == {"temperature": 0, "max_tokens": 100}
+    assert second["params"] == {"temperature": None, "max_tokens": 100}  # Claude's API takes none: left out
     assert first["mode"] == second["mode"] == "batch"
     assert spec.data["scoring"][0]["judge"]["models"][0]["mode"] == "batch"
     assert "defaults" not in spec.data

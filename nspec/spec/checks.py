@@ -6,6 +6,7 @@ checks therefore look only at values of the expected type and skip the rest (the
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -396,16 +397,14 @@ class _Checker:
         conversation, which is another experiment than the one the spec describes."""
         override = model.get("prompt")
         if isinstance(override, dict) and "prefill" in override:
-            sources: list[Path] = [(*path, "prompt", "prefill")]
+            sources: list[tuple[Path, Any]] = [((*path, "prompt", "prefill"), override["prefill"])]
         else:
-            sources = [(*where, "prefill") for where, entry in self.prompt_entries() if "prefill" in entry]
-        if sources and not api.takes_prefill(model):
-            self.error(
-                sources[0],
-                f"{model.get('id')} ({format_path(path)}) cannot continue a prefill: its API reads a final "
-                "assistant message as an earlier turn, not as the start of its answer; give the prefill only to "
-                "models that take one (their own `prompt: {prefill: ...}`)",
-            )
+            sources = [((*where, "prefill"), e["prefill"]) for where, e in self.prompt_entries() if "prefill" in e]
+        for source, text in sources:
+            problem = api.prefill_problem(model, text) if isinstance(text, str) else None
+            if problem is not None:
+                self.error(source, f"{model.get('id')} ({format_path(path)}) {problem}")
+                break
 
     def destination(self, path: Path, model: dict[str, Any], known: bool) -> None:
         """Where the model's requests and key go is the top-level spec's to say: an included file (someone else's,
@@ -489,17 +488,71 @@ class _Checker:
 
 def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:
     """What is valid but probably not meant: a model no price is known for (its cost will be unknown), with the
-    listed models whose names are close to it."""
-    out = []
+    listed models whose names are close to it; a model that reasons with an answer budget its reasoning would use
+    up."""
+    out = _prices(data, source)
+    checker = _Checker(data, source, ".", [], None, None)
+    judges = [path for path, _ in _entries(data) if path[0] != "models"]
+    for path, model in _entries(data):
+        if isinstance(model, dict) and isinstance(model.get("id"), str) and "/" in model["id"]:
+            reserves = [] if path in judges else checker.model_reserves(model)
+            problem = _budget_problem(model, reserves, path in judges)
+            if problem is not None:
+                where, message = problem
+                out.append(SpecIssue(source.value((*path, *where)), format_path((*path, *where)), message))
+    return out
+
+
+def _budget_problem(model: dict[str, Any], reserves: list[int], judge: bool) -> tuple[Path, str] | None:
+    """Where and why the model's answer budget cannot hold its reasoning and an answer (None: it can)."""
+    try:
+        api = provider(model["id"].split("/", 1)[0])
+    except UserError:
+        return None  # an unknown provider is an error, reported by `check`
+    given = model.get("params")
+    params: dict[str, Any] = given if isinstance(given, dict) else {}
+    thinking = api.reasoning(model)
+    if thinking is not None and judge:  # a judge is asked to reason least (`judge_budget`)
+        params = {**thinking.least, **params}
+        thinking = api.reasoning({**model, "params": params})
+    key = next((k for k in ("max_tokens", "max_completion_tokens") if isinstance(params.get(k), int)), None)
+    limit = params[key] if key is not None else min(reserves, default=None)
+    if thinking is None or limit is None or limit > thinking.tokens:
+        return None  # a judge without max_tokens gets room for its reasoning
+    where: Path = ("params", key) if key is not None else ("id",)
+    said = f"max_tokens ({limit})" if key is not None else f"its answer budget, reserve_tokens ({limit})"
+    lower = ", ".join(
+        f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in thinking.least.items() if params.get(k) != v
+    )
+    raise_it = (
+        "raise its max_tokens, or set none: a judge then gets room for its reasoning"
+        if judge
+        else "raise max_tokens and reserve_tokens"
+    )
+    return where, (
+        f"{model['id']} reasons ({thinking.how}), and its reasoning counts against {said}: it may use it all before "
+        f"it answers; allow more than {thinking.tokens:,} tokens ({raise_it})"
+        + (f", or have it reason less ({lower})" if lower else "")
+    )
+
+
+def _entries(data: dict[str, Any]) -> list[tuple[Path, Any]]:
+    """Every model entry of the merged spec, and every judge model, with its path."""
     models, scoring = data.get("models"), data.get("scoring")
     entries: list[tuple[Path, Any]] = [
         (("models", i), m) for i, m in enumerate(models if isinstance(models, list) else [])
     ]
     for i, scorer in enumerate(scoring if isinstance(scoring, list) else []):
         judge = scorer.get("judge") if isinstance(scorer, dict) else None
-        if isinstance(judge, dict):
-            entries += [(("scoring", i, "judge", "models", j), m) for j, m in enumerate(judge.get("models") or [])]
-    for path, model in entries:
+        if isinstance(judge, dict) and isinstance(judge.get("models"), list):
+            entries += [(("scoring", i, "judge", "models", j), m) for j, m in enumerate(judge["models"])]
+    return entries
+
+
+def _prices(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:
+    """Models no price is known for, with the listed models whose names are close."""
+    out = []
+    for path, model in _entries(data):
         if not isinstance(model, dict) or not isinstance(model.get("id"), str) or "price" in model:
             continue
         model_id = model["id"]

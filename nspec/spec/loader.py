@@ -18,8 +18,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from nspec.compiler.counts import COUNTS_SUFFIX, CountsFile
-from nspec.errors import Location, SpecError, SpecIssue
+from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
+from nspec.providers import provider
 from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
 from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document
@@ -59,7 +60,8 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
     data, source = doc.data, doc.source
     issues = schema_issues(data, source)
-    _merge_model_defaults(data, source)
+    inherited = _merge_model_defaults(data, source)
+    _leave_out_refused(inherited)
     issues += checks.check(data, source, os.path.dirname(file) or ".", issues, confinement, file)
     if issues:
         raise SpecError(issues)
@@ -197,9 +199,10 @@ def _merge_values(base: Any, top: Any) -> Any:
     return top
 
 
-def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> None:
+def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> list[tuple[dict[str, Any], list[str]]]:
     """Merge `defaults:` into every model and judge model (the model's own settings win), then drop it.
-    Judge models given as bare ids become entries, so they take the defaults too."""
+    Judge models given as bare ids become entries, so they take the defaults too. Returns each merged entry with
+    the params it took from the defaults."""
     defaults = data.pop("defaults", None)
     targets: list[tuple[Path, list[Any]]] = []
     if isinstance(data.get("models"), list):
@@ -211,7 +214,9 @@ def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> None:
             judge["models"] = [{"id": m} if isinstance(m, str) else m for m in judge["models"]]
             targets.append((("scoring", i, "judge", "models"), judge["models"]))
     if not isinstance(defaults, dict):
-        return
+        return []
+    given = defaults.get("params")
+    inherited: list[tuple[dict[str, Any], list[str]]] = []
     # Where each default stands, found once (the source map holds every value of the spec).
     located = [
         (table, [(path[1:], loc) for path, loc in table.items() if path[:1] == ("defaults",) and len(path) > 1])
@@ -222,7 +227,39 @@ def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> None:
             if not isinstance(model, dict):
                 continue
             models[j] = _merge_values(copy.deepcopy(defaults), model)
+            own = model.get("params")
+            if isinstance(given, dict) and isinstance(own, dict | None):
+                inherited.append((models[j], [k for k in given if k not in (own or {})]))
             prefix = (*list_path, j)
             for table, entries in located:
                 for rest, loc in entries:
                     table.setdefault((*prefix, *rest), loc)  # type: ignore[arg-type]
+    return inherited
+
+
+def _leave_out_refused(inherited: list[tuple[dict[str, Any], list[str]]]) -> None:
+    """A param `defaults:` gives to several models goes only to those whose API takes it: for the others it is set to
+    null (not sent; the plan says why, `Provider.refused_params`). One that no model takes stays, and `validate`
+    refuses it there, with why."""
+    refused: dict[str, list[dict[str, Any]]] = {}
+    takers: set[str] = set()
+    for entry, keys in inherited:
+        model_id = entry.get("id")
+        if not keys or not isinstance(model_id, str) or "/" not in model_id:
+            continue
+        try:
+            api = provider(model_id.split("/", 1)[0])
+        except UserError:
+            continue  # an unknown provider: the checks say so
+        why = api.refused_params(entry)
+        for key in keys:
+            if entry["params"].get(key) is None:
+                continue
+            if key in why:
+                refused.setdefault(key, []).append(entry)
+            else:
+                takers.add(key)
+    for key, entries in refused.items():
+        if key in takers:
+            for entry in entries:
+                entry["params"][key] = None

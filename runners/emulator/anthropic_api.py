@@ -1,5 +1,6 @@
 """Anthropic's routes (base URL `http://HOST:PORT`): messages, token counts and message batches
-(`anthropic_batches`)."""
+(`anthropic_batches`). Each call names its API version (`anthropic-version`); what that version and the model refuse
+is `runners.providers.anthropic_models`, the rules `nspec validate` applies."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_pa
 from nspec.runners.emulator.caching import breakpoint_problem
 from nspec.runners.emulator.generation import anthropic_message, anthropic_prompt_tokens
 from nspec.runners.emulator.models import anthropic_refusal
+from nspec.runners.providers.anthropic_models import VERSIONS, refusals
 
 
 def _authenticate(request: Request, expected: str | None) -> None:
@@ -24,8 +26,11 @@ def _authenticate(request: Request, expected: str | None) -> None:
     key = request.headers.get("x-api-key", "") or bearer  # the SDKs send either
     if not key or (expected is not None and key != expected):
         raise ApiError(401, "authentication_error", "invalid x-api-key")
-    if not request.headers.get("anthropic-version"):
+    version = request.headers.get("anthropic-version")
+    if not version:
         raise ApiError(400, "invalid_request_error", "anthropic-version: header is required")
+    if version not in VERSIONS:
+        raise ApiError(400, "invalid_request_error", f"anthropic-version: invalid version {version!r}")
 
 
 def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -63,6 +68,9 @@ def router(api: Api) -> Router:
     async def messages(request: Request) -> Response:
         body = await api.json_body(request, "anthropic")
         check_message_params(body)
+        refused = refusals(body, request.headers["anthropic-version"])
+        if refused:  # what the API version and the model refuse (the first, as the API names one)
+            raise ApiError(400, "invalid_request_error", refused[0].message)
         if body.get("stream"):
             raise ApiError(400, "invalid_request_error", "This emulator does not stream.")
         if not api.serves("anthropic", body["model"]):
@@ -70,7 +78,8 @@ def router(api: Api) -> Router:
             raise ApiError(404, refusal["type"], refusal["message"])
         headers = api.live_limit("anthropic", body, anthropic_prompt_tokens(body), int(body["max_tokens"]))
         await asyncio.sleep(config.timing.live_latency_seconds)
-        message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8))
+        share = config.responder.reasoning_share
+        message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8), share)
         message["usage"].update(emu.store.caches.anthropic(body, message["usage"]["input_tokens"], emu.clock.now()))
         emu.answered["anthropic"] += 1
         return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
@@ -112,7 +121,8 @@ def router(api: Api) -> Router:
             # platform.claude.com, "Errors": a request over the endpoint's size (256 MB for Message Batches) is 413.
             raise ApiError(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
         try:
-            batch = anthropic_batches.create(emu.store, config, emu.rng, body, emu.clock.now())
+            version = request.headers["anthropic-version"]
+            batch = anthropic_batches.create(emu.store, config, emu.rng, body, emu.clock.now(), version)
         except anthropic_batches.InvalidRequest as exc:
             raise ApiError(400, "invalid_request_error", str(exc)) from None
         return JSONResponse(batch_view(request, batch))

@@ -19,6 +19,7 @@ from nspec.runners.emulator.generation import anthropic_message
 from nspec.runners.emulator.models import anthropic_refusal, served
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.emulator.state import Store, new_id
+from nspec.runners.providers.anthropic_models import API_VERSION, refusals
 
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -31,9 +32,12 @@ def rfc3339(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def create(store: Store, config: EmulatorConfig, rng: random.Random, body: Path, now: float) -> dict[str, Any]:
+def create(
+    store: Store, config: EmulatorConfig, rng: random.Random, body: Path, now: float, version: str = API_VERSION
+) -> dict[str, Any]:
     """A batch from the create call's body, saved at ``body`` (in the store's folder; taken over): parsed a request at
-    a time into the batch's requests file, so a body of 256 MB is never held whole."""
+    a time into the batch's requests file, so a body of 256 MB is never held whole. Its requests are answered under
+    the API ``version`` the create call named."""
     try:
         lines = store.scratch_path()
         try:
@@ -48,6 +52,7 @@ def create(store: Store, config: EmulatorConfig, rng: random.Random, body: Path,
         "created": now,
         "total": total,
         "cancel_at": None,
+        "version": version,
         "final": None,  # counts, ended_at and the results file id, once ended
         "work": spool.start(store, lines.name, ("results",), total, owned=True),
         **draw_batch_faults(config.faults, rng, total),
@@ -144,11 +149,12 @@ def advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: fl
         elif not served("anthropic", request["params"]["model"], config.models):
             error = {"type": "error", "error": anthropic_refusal(request["params"]["model"]), "request_id": None}
             result = {"type": "errored", "error": error}
-        elif problem := _param_problem(request["params"]):
+        elif problem := _param_problem(request["params"], batch.get("version", API_VERSION)):
             invalid = {"type": "invalid_request_error", "message": problem}
             result = {"type": "errored", "error": {"type": "error", "error": invalid, "request_id": None}}
         else:
-            message = anthropic_message(request["params"], responder, "batch:" + custom_id)
+            share = config.responder.reasoning_share
+            message = anthropic_message(request["params"], responder, "batch:" + custom_id, share)
             usage = message["usage"]
             usage.update(store.caches.anthropic(request["params"], usage["input_tokens"], now))
             result = {"type": "succeeded", "message": message}
@@ -174,8 +180,9 @@ def advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: fl
             store.save()
 
 
-def _param_problem(params: dict[str, Any]) -> str | None:
-    """Problems the real API reports per request, inside the results."""
+def _param_problem(params: dict[str, Any], version: str) -> str | None:
+    """Problems the real API reports per request, inside the results (a batch's params are checked as a Messages
+    call's, by its version and model: one refused parameter errors every line that carries it)."""
     if not isinstance(params.get("max_tokens"), int) or params["max_tokens"] < 1:
         return "max_tokens: Input should be a positive integer"
     messages = params.get("messages")
@@ -183,4 +190,5 @@ def _param_problem(params: dict[str, Any]) -> str | None:
         return "messages: at least one message is required"
     if messages[0].get("role") != "user":
         return 'messages: first message must use the "user" role'
-    return breakpoint_problem(params)
+    refused = refusals(params, version)
+    return refused[0].message if refused else breakpoint_problem(params)

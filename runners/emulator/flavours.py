@@ -48,9 +48,16 @@ class Flavour:
     max_lines: Callable[[EmulatorConfig], int]
     model_of: Callable[[str, EmulatorConfig], str | None]  # the model a request names → the model that runs it
     deployment_paths: bool = False  # chat completions under /deployments/{model}/
+    openai_types: bool = True  # whether it refuses keys OpenAI's request types lack ("Unrecognized request argument")
 
     def endpoint_of(self, url: str) -> str | None:
         return self.endpoints.get(url)
+
+    def strict(self, runs: str, config: EmulatorConfig) -> bool:
+        """Whether a request for the model ``runs`` is checked against OpenAI's request types: not for a model the
+        config adds (an OpenAI-compatible server's, which takes its own extensions, as vLLM's
+        `continue_final_message`), nor on a service whose own types are not known."""
+        return self.openai_types and runs not in config.models
 
 
 def _openai_model(model: str, config: EmulatorConfig) -> str | None:
@@ -100,5 +107,6 @@ GROQ = Flavour(
     _groq_window,
     lambda config: config.limits.openai_max_lines,
     _groq_model,
+    openai_types=False,
 )
 FLAVOURS = {f.name: f for f in (OPENAI, AZURE, GROQ)}

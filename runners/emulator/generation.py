@@ -7,8 +7,11 @@ import secrets
 from typing import Any
 
 from nspec.compiler.tokenizers import encoding
-from nspec.providers import message_text
+from nspec.providers import REASONING_TOKENS, message_text
 from nspec.runners.emulator.responders import Responder
+from nspec.runners.providers.anthropic_models import thinking_tokens
+from nspec.runners.providers.google import thinking
+from nspec.runners.providers.openai_models import RESPONSES, reasoning_effort, requested_effort
 
 DEFAULT_OPENAI_MAX_TOKENS = 4096
 
@@ -17,12 +20,26 @@ def count_tokens(text: str) -> int:
     return len(encoding("o200k_base").encode(text))
 
 
-def _clip(text: str, max_tokens: int) -> tuple[str, bool]:
-    """The first ``max_tokens`` tokens of ``text``, and whether it was cut."""
-    tokens = encoding("o200k_base").encode(text)
+def _clip(text: str, max_tokens: int, counted_with: str = "o200k_base") -> tuple[str, bool]:
+    """The longest start of ``text`` that counts at most ``max_tokens`` tokens in the encoding usage reports
+    (`counted_with`), and whether it was cut: a cut between tokens can decode to text that counts more than the
+    tokens it was cut from, so the start is counted again until it fits."""
+    counter = encoding(counted_with)
+    tokens = counter.encode(text)
     if len(tokens) <= max_tokens:
         return text, False
-    return encoding("o200k_base").encoding.decode(tokens[:max_tokens]), True
+    keep = max(max_tokens, 0)
+    while True:
+        start = counter.encoding.decode(tokens[:keep])
+        if keep == 0 or len(counter.encode(start)) <= max_tokens:
+            return start, True
+        keep -= 1
+
+
+def _reasoned(allowance: int | None, share: float, limit: int) -> int:
+    """The reasoning tokens an emulated model spends before it answers: ``share`` of what nspec allows its reasoning
+    (`nspec.providers.REASONING_TOKENS`; None: it does not reason), within the request's ``limit``."""
+    return 0 if allowance is None or share <= 0 else min(limit, round(allowance * share))
 
 
 def _prompt_tokens(system: str | None, messages: list[dict[str, Any]]) -> int:
@@ -60,19 +77,25 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def openai_completion(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
-    """A chat.completion object for an OpenAI chat request body (validated by the caller)."""
+def openai_completion(
+    body: dict[str, Any], responder: Responder, key: str, created: int, reasoning_share: float = 0.0
+) -> dict[str, Any]:
+    """A chat.completion object for an OpenAI chat request body (validated by the caller). A reasoning model spends
+    ``reasoning_share`` of its reasoning allowance first, within the limit (`_reasoned`)."""
     messages = body["messages"]
     system = "\n".join(message_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     turns = [m for m in messages if m.get("role") not in ("system", "developer")]
-    limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS
-    reply = responder.answer(system or None, turns, key, int(limit), str(body.get("model", "")))
+    limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS)
+    effort = reasoning_effort(str(body.get("model", "")), body.get("reasoning_effort"))
+    reasoned = _reasoned(REASONING_TOKENS.get(effort or ""), reasoning_share, limit)
+    reply = responder.answer(system or None, turns, key, limit - reasoned, str(body.get("model", "")))
     structured = isinstance(body.get("response_format"), dict) and body["response_format"].get("type") == "json_schema"
     refusal = reply.text if reply.refused and structured else None
     shaped = "" if refusal else _structured(reply.text, body.get("response_format"))
-    text, cut = _clip(shaped, int(limit))
-    cut = cut or (structured and not refusal and not _is_json(text))
-    prompt, completion = _prompt_tokens(None, messages), count_tokens(refusal or text)
+    text, cut = _clip(refusal or shaped, limit - reasoned)
+    refusal, text = (text, "") if refusal else (None, text)
+    cut = cut or reasoned == limit or (structured and not refusal and not _is_json(text))
+    prompt, completion = _prompt_tokens(None, messages), reasoned + count_tokens(refusal or text)
     return {
         "id": "chatcmpl-" + secrets.token_hex(12),
         "object": "chat.completion",
@@ -97,7 +120,7 @@ def openai_completion(body: dict[str, Any], responder: Responder, key: str, crea
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
             "completion_tokens_details": {
-                "reasoning_tokens": 0,
+                "reasoning_tokens": reasoned,
                 "audio_tokens": 0,
                 "accepted_prediction_tokens": 0,
                 "rejected_prediction_tokens": 0,
@@ -126,8 +149,11 @@ def _input_text(content: Any) -> str:
     return message_text(content)
 
 
-def openai_response(body: dict[str, Any], responder: Responder, key: str, created: int) -> dict[str, Any]:
-    """A Response object (the Responses API) for a request body (validated by the caller)."""
+def openai_response(
+    body: dict[str, Any], responder: Responder, key: str, created: int, reasoning_share: float = 0.0
+) -> dict[str, Any]:
+    """A Response object (the Responses API) for a request body (validated by the caller); a reasoning model
+    reasons first, as in `openai_completion`."""
     messages = _input_messages(body)
     instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else None
     system = "\n".join(
@@ -138,7 +164,9 @@ def openai_response(body: dict[str, Any], responder: Responder, key: str, create
     )
     turns = [m for m in messages if m["role"] not in ("system", "developer")]
     limit = int(body.get("max_output_tokens") or DEFAULT_OPENAI_MAX_TOKENS)
-    reply = responder.answer(system or None, turns, key, limit, str(body.get("model", "")))
+    effort = reasoning_effort(str(body.get("model", "")), requested_effort(body, RESPONSES))
+    reasoned = _reasoned(REASONING_TOKENS.get(effort or ""), reasoning_share, limit)
+    reply = responder.answer(system or None, turns, key, limit - reasoned, str(body.get("model", "")))
     given = body.get("text")
     text_config: dict[str, Any] = given if isinstance(given, dict) else {}
     fmt = text_config.get("format") if isinstance(text_config.get("format"), dict) else None
@@ -146,13 +174,14 @@ def openai_response(body: dict[str, Any], responder: Responder, key: str, create
     response_format = {"type": "json_schema", "json_schema": fmt} if structured else None
     refusal = reply.text if reply.refused and structured else None
     shaped = "" if refusal else _structured(reply.text, response_format)
-    text, cut = _clip(shaped, limit)
-    cut = cut or (structured and not refusal and not _is_json(text))
+    text, cut = _clip(refusal or shaped, limit - reasoned)
+    refusal, text = (text, "") if refusal else (None, text)
+    cut = cut or reasoned == limit or (structured and not refusal and not _is_json(text))
     part: dict[str, Any] = (
         {"type": "refusal", "refusal": refusal} if refusal else {"type": "output_text", "text": text, "annotations": []}
     )
     prompt = _prompt_tokens(instructions, messages)
-    completion = count_tokens(refusal or text)
+    completion = reasoned + count_tokens(refusal or text)
     return {
         "id": "resp_" + secrets.token_hex(12),
         "object": "response",
@@ -186,27 +215,34 @@ def openai_response(body: dict[str, Any], responder: Responder, key: str, create
             "input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": reasoned},
             "total_tokens": prompt + completion,
         },
         "service_tier": "default",
     }
 
 
-def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> dict[str, Any]:
+def anthropic_message(
+    body: dict[str, Any], responder: Responder, key: str, reasoning_share: float = 0.0
+) -> dict[str, Any]:
     """A Message object for an Anthropic Messages request body (validated by the caller). A final assistant
-    message is a prefill: the reply continues it and does not repeat it."""
+    message is a prefill: the reply continues it and does not repeat it. A model that thinks spends
+    ``reasoning_share`` of its thinking allowance first (counted in its output tokens; no thinking block is shown)."""
     messages = body["messages"]
     system = body.get("system")
     system_text = system if isinstance(system, str) else message_text(system) if system else None
     prefill = message_text(messages[-1].get("content")) if messages[-1].get("role") == "assistant" else None
-    reply = responder.answer(system_text, messages, key, int(body["max_tokens"]), str(body.get("model", "")))
+    limit = int(body["max_tokens"])
+    thinking = thinking_tokens(body)
+    reasoned = _reasoned(None if thinking is None else thinking[1], reasoning_share, limit)
+    reply = responder.answer(system_text, messages, key, limit - reasoned, str(body.get("model", "")))
     text = reply.text
     if prefill is not None and text.startswith(prefill):
         text = text[len(prefill) :]
     elif prefill is not None and not prefill.endswith(" ") and not text[:1].isspace():
         text = " " + text
-    text, cut = _clip(text, int(body["max_tokens"]))
+    text, cut = _clip(text, limit - reasoned, "cl100k_base")
+    cut = cut or reasoned == limit
     return {
         "id": "msg_" + secrets.token_hex(12),
         "type": "message",
@@ -217,7 +253,7 @@ def anthropic_message(body: dict[str, Any], responder: Responder, key: str) -> d
         "stop_sequence": None,
         "usage": {
             "input_tokens": anthropic_prompt_tokens(body),
-            "output_tokens": counted_tokens(text),
+            "output_tokens": reasoned + counted_tokens(text),
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
             "service_tier": "batch" if key.startswith("batch:") else "standard",
@@ -248,8 +284,11 @@ def google_prompt_tokens(request: dict[str, Any]) -> int:
     return sum(counted_tokens(t) for t in texts) + 3 * (len(contents) + (1 if system else 0))
 
 
-def google_response(request: dict[str, Any], responder: Responder, key: str) -> dict[str, Any]:
-    """A GenerateContentResponse (REST JSON) for a generateContent request (validated by the caller)."""
+def google_response(
+    request: dict[str, Any], responder: Responder, key: str, reasoning_share: float = 0.0
+) -> dict[str, Any]:
+    """A GenerateContentResponse (REST JSON) for a generateContent request (validated by the caller). A model that
+    thinks spends ``reasoning_share`` of its thinking allowance first (`thoughtsTokenCount`)."""
     system_parts = (request.get("systemInstruction") or {}).get("parts") or []
     system = "\n".join(p.get("text", "") for p in system_parts) or None
     turns = [
@@ -261,11 +300,15 @@ def google_response(request: dict[str, Any], responder: Responder, key: str) -> 
     ]
     config = request.get("generationConfig") or {}
     limit = int(config.get("maxOutputTokens") or DEFAULT_OPENAI_MAX_TOKENS)
-    reply = responder.answer(system, turns, key, limit, str(request.get("model", "")).removeprefix("models/"))
+    model = str(request.get("model", "")).removeprefix("models/")
+    thought = thinking(model, config.get("thinkingConfig") or {})
+    reasoned = _reasoned(None if thought is None else thought[1], reasoning_share, limit)
+    reply = responder.answer(system, turns, key, limit - reasoned, model)
     text = reply.text
     if config.get("responseMimeType") == "application/json" and isinstance(config.get("responseJsonSchema"), dict):
         text = _structured(text, {"type": "json_schema", "json_schema": {"schema": config["responseJsonSchema"]}})
-    text, cut = _clip(text, limit)
+    text, cut = _clip(text, limit - reasoned, "cl100k_base")
+    cut = cut or reasoned == limit
     prompt, output = google_prompt_tokens(request), counted_tokens(text)
     return {
         "candidates": [
@@ -278,7 +321,8 @@ def google_response(request: dict[str, Any], responder: Responder, key: str) -> 
         "usageMetadata": {
             "promptTokenCount": prompt,
             "candidatesTokenCount": output,
-            "totalTokenCount": prompt + output,
+            "totalTokenCount": prompt + output + reasoned,
+            **({"thoughtsTokenCount": reasoned} if reasoned else {}),
         },
         "modelVersion": str(request.get("model", "")).removeprefix("models/"),
         "responseId": secrets.token_hex(12),
@@ -293,10 +337,14 @@ def mistral_completion(body: dict[str, Any], responder: Responder, key: str, cre
     completion = openai_completion({**body, "messages": messages[:-1] if prefix else messages}, responder, key, created)
     choice = completion["choices"][0]
     text = choice["message"]["content"] or ""
-    if prefix is not None:
+    usage = dict(completion["usage"])
+    if prefix is not None:  # the answer starts with the prefix, and counts it: still within the limit
         start = message_text(prefix.get("content"))
-        text = text if text.startswith(start) else f"{start} {text}"
-    usage = completion["usage"]
+        limit = int(body.get("max_tokens") or DEFAULT_OPENAI_MAX_TOKENS)
+        text, cut = _clip(text if text.startswith(start) else f"{start} {text}", limit)
+        choice = {**choice, "finish_reason": "length" if cut else choice["finish_reason"]}
+        usage["completion_tokens"] = count_tokens(text)
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return {
         "id": secrets.token_hex(16),
         "object": "chat.completion",

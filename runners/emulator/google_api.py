@@ -151,7 +151,8 @@ def router(api: Api) -> Router:
         await asyncio.sleep(config.timing.live_latency_seconds)
         emu.answered["google"] += 1
         asked = {**body, "model": model}
-        response = google_response(asked, emu.responder, "live:" + secrets.token_hex(8))
+        share = config.responder.reasoning_share
+        response = google_response(asked, emu.responder, "live:" + secrets.token_hex(8), share)
         google_cached(emu.store.caches, asked, response, emu.clock.now())
         return JSONResponse(response, headers=headers)
 

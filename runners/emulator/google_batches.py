@@ -161,7 +161,7 @@ def _advance(store: Store, job: dict[str, Any], config: EmulatorConfig, now: flo
             error = {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}
         else:
             asked = {**request, "model": job["model"]}
-            response = google_response(asked, responder, "batch:" + key)
+            response = google_response(asked, responder, "batch:" + key, config.responder.reasoning_share)
             google_cached(store.caches, asked, response, now)
             return "responses", {"key": key, "response": response}, {"ok": 1}
         return "responses", {"key": key, "error": error}, {"failed": 1}

@@ -265,7 +265,8 @@ def router(api: Api, flavour: Flavour) -> Router:
         prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
         headers = api.live_limit(name, body, prompt, int(limit))
         await asyncio.sleep(config.timing.live_latency_seconds)
-        completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        share, now = config.responder.reasoning_share, int(emu.clock.now())
+        completion = openai_completion(body, emu.responder, "live:" + secrets.token_hex(8), now, share)
         openai_cached(emu.store.caches, body, completion, emu.clock.now())
         emu.answered[name] += 1
         return JSONResponse(completion, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
@@ -285,19 +286,20 @@ def router(api: Api, flavour: Flavour) -> Router:
         prompt = count_tokens(json.dumps([body.get("instructions"), body["input"]]))
         headers = api.live_limit(name, body, prompt, int(body.get("max_output_tokens") or 0))
         await asyncio.sleep(config.timing.live_latency_seconds)
-        response = openai_response(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+        share, now = config.responder.reasoning_share, int(emu.clock.now())
+        response = openai_response(body, emu.responder, "live:" + secrets.token_hex(8), now, share)
         openai_cached(emu.store.caches, body, response, emu.clock.now())
         emu.answered[name] += 1
         return JSONResponse(response, headers={**headers, "x-request-id": "req_" + secrets.token_hex(12)})
 
     def check_model_and_params(body: dict[str, Any], endpoint: str) -> None:
-        """What the service refuses before answering: a model it does not run (404), a parameter the model's family
-        does not take (400, the first one, as the API names one at a time)."""
+        """What the service refuses before answering: a model it does not run (404), a parameter its request type
+        lacks or the model's family does not take (400, the first one, as the API names one at a time)."""
         runs = flavour.model_of(body["model"], config)
         if runs is None:
             error = openai_batches.missing_model(flavour, body["model"])["error"]
             raise ApiError(404, error.get("type", error["code"]), error["message"], code=error["code"])
-        refused = refusals({**body, "model": runs}, endpoint)
+        refused = refusals({**body, "model": runs}, endpoint, flavour.strict(runs, config))
         if refused:
             raise ApiError(400, "invalid_request_error", refused[0].message, refused[0].param, refused[0].code)
         if body.get("service_tier") == "flex" and emu.roll(config.faults.flex_unavailable_rate):

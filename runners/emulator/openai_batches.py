@@ -268,6 +268,7 @@ def _answer(
     flavour = FLAVOURS[batch.get("flavour", "openai")]
     endpoint = flavour.endpoints[batch["endpoint"]]
     failing = set(batch["failing"])
+    share = config.responder.reasoning_share
 
     def answer(index: int, request: dict[str, Any]) -> spool.Answered:
         custom_id = request["custom_id"]
@@ -285,7 +286,7 @@ def _answer(
         if (runs := flavour.model_of(request["body"]["model"], config)) is None:
             body = missing_model(flavour, request["body"]["model"])
             return "error", {**line, "response": _response(404, body), "error": None}, {"failed": 1}
-        if refused := refusals({**request["body"], "model": runs}, endpoint):
+        if refused := refusals({**request["body"], "model": runs}, endpoint, flavour.strict(runs, config)):
             # A parameter the model does not take fails its line (status 400), as the live call would.
             body = {
                 "error": {
@@ -297,10 +298,10 @@ def _answer(
             }
             return "error", {**line, "response": _response(400, body), "error": None}, {"failed": 1}
         if endpoint == RESPONSES:
-            answer = openai_response(request["body"], responder, "batch:" + custom_id, now)
+            answer = openai_response(request["body"], responder, "batch:" + custom_id, now, share)
             input_tokens, output_tokens = answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]
         else:
-            answer = openai_completion(request["body"], responder, "batch:" + custom_id, now)
+            answer = openai_completion(request["body"], responder, "batch:" + custom_id, now, share)
             input_tokens, output_tokens = answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]
         openai_cached(store.caches, request["body"], answer, now)
         counts = {"completed": 1, "input_tokens": input_tokens, "output_tokens": output_tokens}

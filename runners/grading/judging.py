@@ -4,6 +4,9 @@ same runners and ledger as the answers, then parsed into votes and combined.
 Rubrics: `pass-fail` uses NIAN's verdict tokens — "aaa" passes, "bbb" fails (tokens a correct answer of "No" cannot
 be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold.
 
+A judge's answer budget is a verdict's tokens; a judge that reasons is asked to reason least and given room for that
+reasoning besides (`nspec.compiler.run_directory.judge_budget`), so its reasoning does not use up the budget.
+
 A reply that errors, refuses, or holds no readable verdict (both tokens, neither, no score) is not a vote: it is
 asked again, under a new request id, until the run's retry attempts are used up. Votes combine over the judges that
 voted, once a quorum did (default: more than half the panel): `majority` passes only when passes outnumber fails (a
@@ -21,7 +24,7 @@ from typing import Any
 
 from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
-from nspec.compiler.run_directory import JUDGE_MAX_TOKENS, ShardWriter, effective_mode
+from nspec.compiler.run_directory import ShardWriter, effective_mode, judge_budget
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
@@ -91,8 +94,9 @@ def judge_request(model: Model, rubric: str, cell: Mapping[str, Any], answer: st
         cell["negative"],
         needle_text(cell),
     )
-    params = model.api.structured_output(model.params, "verdict", verdict_schema(rubric))
-    return model.api.request_line(model.entry, custom_id, system, user, None, params, JUDGE_MAX_TOKENS)
+    params, budget = judge_budget(model)
+    params = model.api.structured_output(params, "verdict", verdict_schema(rubric))
+    return model.api.request_line(model.entry, custom_id, system, user, None, params, budget)
 
 
 def verdict_schema(rubric: str) -> dict[str, Any]:

@@ -43,14 +43,25 @@ from nspec.providers import (
     Credentials,
     Outcome,
     RateHeaders,
+    Reasoning,
     TokenCounter,
     message_text,
     request_id,
 )
 
-# Headers a model entry may not set: they carry the API key or frame the request.
+# Headers a model entry may not set: they carry the API key, frame the request, or name the API version whose rules
+# `validate` applies (anthropic-version).
 RESERVED_HEADERS = frozenset(
-    ("authorization", "api-key", "x-api-key", "x-goog-api-key", "content-type", "content-length", "host")
+    (
+        "authorization",
+        "api-key",
+        "x-api-key",
+        "x-goog-api-key",
+        "content-type",
+        "content-length",
+        "host",
+        "anthropic-version",
+    )
 )
 
 
@@ -128,9 +139,31 @@ class BaseProvider:
         for header in entry.get("headers") or {}:
             if str(header).lower() in RESERVED_HEADERS:
                 issues.append(
-                    (("headers", header), f"`{header}` is nspec's to set (it carries the key or frames the request)")
+                    (
+                        ("headers", header),
+                        f"`{header}` is nspec's to set (it carries the key, frames the request or names the API "
+                        "version)",
+                    )
                 )
+        params = entry.get("params")
+        for key, why in self.refused_params(entry).items():
+            if isinstance(params, Mapping) and params.get(key) is not None:
+                issues.append((("params", key), why))
         return issues
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        return {}  # passed as they are: the API's own rules are not known here
+
+    def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:
+        return None
+
+    def prefill_problem(self, entry: Mapping[str, Any], prefill: str) -> str | None:
+        if self.takes_prefill(entry):
+            return None
+        return (
+            "cannot continue a prefill: its API reads a final assistant message as an earlier turn, not as the start "
+            "of its answer; give the prefill only to models that take one (their own `prompt: {prefill: ...}`)"
+        )
 
     def has_batch(self, entry: Mapping[str, Any]) -> bool:
         return True

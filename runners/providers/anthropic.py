@@ -1,7 +1,10 @@
 """Anthropic's Messages API: `anthropic/<model>`.
 
 - Requests: ``{"custom_id", "params": {model, max_tokens, system?, messages, ...params}}``; a batch is one create
-  call carrying its requests (at most 100,000 or 256 MB), streamed from the shard.
+  call carrying its requests (at most 100,000 or 256 MB), streamed from the shard. Every call sends
+  `anthropic-version: 2026-10-21` (`anthropic_models.API_VERSION`), whose rules and each Claude generation's
+  (`anthropic_models`) `validate` applies: no sampling parameters, no key the Messages request lacks, a prefill only
+  up to Claude 4.5 and never ending in whitespace.
 - Batches carry no metadata: an interrupted create is found again among the batches created after the recorded
   intent with the shard's request count (see `runners.batch`).
 - Tokens: no exact offline tokenizer exists for Claude 3 and later; counts are a proxy (o200k_base times a factor)
@@ -21,8 +24,18 @@ from typing import Any
 
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.prices import Usage
-from nspec.errors import NspecError
-from nspec.providers import BadLine, BatchView, Credentials, Outcome, RateHeaders, ShardLimits, model_name, provider_id
+from nspec.errors import CompileError, NspecError
+from nspec.providers import (
+    BadLine,
+    BatchView,
+    Credentials,
+    Outcome,
+    RateHeaders,
+    Reasoning,
+    ShardLimits,
+    model_name,
+    provider_id,
+)
 from nspec.runners.providers import (
     BaseProvider,
     Clients,
@@ -41,6 +54,7 @@ from nspec.runners.providers import (
     status_error,
     stream_lines,
 )
+from nspec.runners.providers.anthropic_models import API_VERSION, PARAMS, SAMPLING, family, refusals, thinking_tokens
 
 # What count_tokens takes of a Messages request (docs.anthropic.com, "Count Message tokens"): the rest of a request
 # (max_tokens, temperature, ...) makes no input tokens.
@@ -65,6 +79,18 @@ def cache_minimum(model: str) -> int:
     """The fewest tokens ``model`` caches (a dated snapshot is its model's)."""
     name = re.sub(r"-\d{8}$", "", model)
     return _CACHE_MINIMUM.get(name, CACHE_MINIMUM_DEFAULT)
+
+
+# A spec's names for the answer budget (`max_completion_tokens` is given as `max_tokens`).
+_SPEC_NAMES = ("max_tokens", "max_completion_tokens")
+_SOME_LIMIT = 1 << 20  # an answer budget that refuses nothing, for checking the other params
+_TRAILING = "messages: final assistant content cannot end with trailing whitespace"
+
+
+def _sent(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry's params that are sent (null leaves one out)."""
+    given = entry.get("params")
+    return {k: v for k, v in given.items() if v is not None} if isinstance(given, Mapping) else {}
 
 
 # Result error types that say the request itself is at fault: sending it again cannot help.
@@ -120,7 +146,50 @@ class Anthropic(BaseProvider):
         return ShardLimits(100_000, 256 * 1000 * 1000)
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
-        return True  # a final assistant message is continued: the Messages API's prefill
+        return family(model_name(entry)).prefill  # a final assistant message is continued, up to Claude 4.5
+
+    def prefill_problem(self, entry: Mapping[str, Any], prefill: str) -> str | None:
+        line = self.request_line(entry, "check", None, "", prefill.rstrip() or ".", _sent(entry), 1)
+        refused = [r for r in refusals(line["params"]) if r.param == "messages"]
+        if refused:
+            return f"cannot continue a prefill: {refused[0].why} (Anthropic: {refused[0].message})"
+        if prefill[-1:].isspace():
+            return (
+                f"refuses a prefill that ends in whitespace (Anthropic: {_TRAILING}); remove it (in YAML, a block "
+                "scalar written `|-` or `>-` keeps no final newline)"
+            )
+        return None
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        line = self.request_line(entry, "check", None, "", None, _sent(entry), _SOME_LIMIT)
+        out: dict[str, str] = {}
+        for refusal in refusals(line["params"]):
+            key = refusal.param
+            if key == "max_tokens" and key not in params:
+                key = "max_completion_tokens"  # the answer budget, in the spec's other name
+            if params.get(key) is None or key in out:
+                continue
+            out[key] = (
+                f"{entry['id']} refuses this: {refusal.why} (Anthropic, anthropic-version {API_VERSION}: "
+                f"{refusal.message})"
+            )
+        for key, value in params.items():
+            if value is None and (key in SAMPLING or key not in PARAMS) and key not in _SPEC_NAMES:
+                why = "it takes no sampling parameters" if key in SAMPLING else "it is no parameter of its request"
+                out[key] = f"Anthropic's Messages API (anthropic-version {API_VERSION}): {why}"
+            elif value is None and key == "thinking":
+                takes = " or ".join(family(model_name(entry)).thinking_types())
+                out[key] = f"{entry['id']} takes thinking of type {takes} (Anthropic)"
+        return out
+
+    def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:
+        thinking = thinking_tokens({"model": model_name(entry), **_sent(entry)})
+        if thinking is None:
+            return None
+        least = {"output_config": {"effort": "low"}} if family(model_name(entry)).always_thinks else {}
+        return Reasoning(*thinking, least)
 
     def request_line(
         self,
@@ -132,14 +201,22 @@ class Anthropic(BaseProvider):
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model_name(entry), "max_tokens": max_tokens}
+        given = {k: v for k, v in params.items() if v is not None}  # null: leave it out
+        limit = given.pop("max_tokens", None) or given.pop("max_completion_tokens", None) or max_tokens
+        given.pop("max_completion_tokens", None)
+        body: dict[str, Any] = {"model": model_name(entry), "max_tokens": limit}
         if system is not None:
             body["system"] = system
         messages = [{"role": "user", "content": user}]
         if prefill is not None:
+            if prefill[-1:].isspace():  # its template does not (validate): a value filled into it does
+                raise CompileError(
+                    f"{entry['id']}: a prefill may not end in whitespace (Anthropic: {_TRAILING}), and this one "
+                    f"does once its placeholders are filled: {prefill[-40:]!r}"
+                )
             messages.append({"role": "assistant", "content": prefill})
         body["messages"] = messages
-        body.update({k: v for k, v in params.items() if k != "max_tokens"})
+        body.update(given)
         return {"custom_id": custom_id, "params": body}
 
     def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle:
@@ -227,12 +304,13 @@ def _http_response_type() -> Any:
 
 
 def _client(creds: Credentials, retries: int, kind: str) -> Any:
-    """The SDK's client (``kind``: Anthropic or AsyncAnthropic) for these credentials."""
+    """The SDK's client (``kind``: Anthropic or AsyncAnthropic) for these credentials. It sends the API version
+    whose rules `validate` checks (`anthropic_models.API_VERSION`), whatever the installed SDK's default."""
     return getattr(sdk("anthropic", "anthropic"), kind)(
         api_key=creds.api_key,
         base_url=creds.base_url,
         max_retries=retries,
-        default_headers=dict(creds.headers),
+        default_headers={**creds.headers, "anthropic-version": API_VERSION},
         default_query=dict(creds.query),
     )
 

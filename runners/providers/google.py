@@ -27,7 +27,17 @@ from typing import Any
 
 from nspec.compiler.caching import CacheStyle
 from nspec.errors import NspecError
-from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, model_name, provider_id
+from nspec.providers import (
+    REASONING_TOKENS,
+    BadLine,
+    BatchView,
+    Credentials,
+    Outcome,
+    Reasoning,
+    ShardLimits,
+    model_name,
+    provider_id,
+)
 from nspec.runners.providers import (
     BaseProvider,
     NotText,
@@ -74,6 +84,47 @@ _RENAMED = {
     "max_completion_tokens": "maxOutputTokens",
     "stop": "stopSequences",
 }
+# How Gemini models think (ai.google.dev/gemini-api/docs/thinking): 2.5 Pro always, with a thinkingBudget of 128 and
+# more (-1, the default, is dynamic); 2.5 Flash by default (a budget of 0 turns it off); 2.5 Flash-Lite only when
+# given a budget; Gemini 3 always, at a thinkingLevel (low or high, the default). Earlier models do not think.
+_LEAST: dict[str, dict[str, Any]] = {
+    "always": {"thinking_config": {"thinkingBudget": 128}},
+    "default": {"thinking_config": {"thinkingBudget": 0}},
+    "optional": {},
+    "level": {"thinking_config": {"thinkingLevel": "low"}},
+}
+
+
+def thinking_kind(model: str) -> str | None:
+    """How a Gemini model thinks (a key of `_LEAST`), or None when it does not."""
+    found = re.match(r"gemini-(\d+)(?:\.(\d+))?-(pro|flash-lite|flash)", model)
+    if found is None:
+        return None
+    version = (int(found.group(1)), int(found.group(2) or 0))
+    if version >= (3, 0):
+        return "level"
+    if version < (2, 5):
+        return None
+    return {"pro": "always", "flash": "default", "flash-lite": "optional"}[found.group(3)]
+
+
+def thinking(model: str, config: Mapping[str, Any]) -> tuple[str, int] | None:
+    """How a Gemini model thinks with a thinkingConfig (in words), and the tokens to allow for it (the budget set, or
+    `REASONING_TOKENS` at its level), or None when it does not think."""
+    budget = config.get("thinkingBudget", config.get("thinking_budget"))
+    level = config.get("thinkingLevel", config.get("thinking_level"))
+    kind = thinking_kind(model)
+    if kind is None or budget == 0 or (kind == "optional" and budget is None):
+        return None  # flash-lite thinks only when given a budget
+    if kind == "level":
+        effort = str(level or "high").lower()
+        tokens = REASONING_TOKENS.get(effort, REASONING_TOKENS["high"])
+        return f"at thinkingLevel {effort}" + ("" if level else ", its default"), tokens
+    if isinstance(budget, int) and budget > 0:
+        return f"with thinkingBudget {budget}", budget
+    return "with a dynamic thinking budget, its default", REASONING_TOKENS["medium"]
+
+
 _ENDED = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 
@@ -153,21 +204,26 @@ class Google(BaseProvider):
         # models and 4,096 on the others (ai.google.dev/gemini-api/docs/caching).
         return CacheStyle("prefix", 1024 if "flash" in model_name(entry) else 4096)
 
-    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-        issues = super().model_issues(entry)
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")
         params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        for name, value in params.items():
+        out = {}
+        for name in params:
             key = _RENAMED.get(name, camel(name))
-            if value is not None and name != "response_format" and key not in GENERATION_FIELDS:
-                issues.append(
-                    (
-                        ("params", name),
-                        f"Gemini's generationConfig has no field {key!r} (from `{name}`); it takes "
-                        + ", ".join(sorted(GENERATION_FIELDS)),
-                    )
+            if name != "response_format" and key not in GENERATION_FIELDS:
+                out[name] = f"Gemini's generationConfig has no field {key!r} (from `{name}`); it takes " + ", ".join(
+                    sorted(GENERATION_FIELDS)
                 )
-        return issues
+        return out
+
+    def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        config = next((v for k, v in params.items() if camel(k) == "thinkingConfig" and v is not None), None)
+        model = model_name(entry)
+        found = thinking(model, config if isinstance(config, Mapping) else {})
+        kind = thinking_kind(model)
+        return None if found is None or kind is None else Reasoning(found[0], found[1], _LEAST[kind])
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(100_000, 2_000_000_000)

@@ -324,6 +324,14 @@ class Local(BaseProvider):
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # `completion_prompt` ends with the prefill for the model to continue
 
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        given = entry.get("params")
+        return {
+            name: f"the local engine does not support `{name}` (it takes {', '.join(_SAMPLING)})"
+            for name in (given if isinstance(given, Mapping) else {})
+            if name not in _SAMPLING and name not in _IGNORED
+        }
+
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return COMPATIBLE.shard_limits(entry)
 

@@ -102,16 +102,14 @@ class Mistral(ChatBodyLines):
     official_base_url: str | None = "https://api.mistral.ai"
     takes_headers = takes_query = False  # the SDK's client takes no default headers or query
 
-    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-        issues = super().model_issues(entry)
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")
         params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        for name in body_params(params):
-            if name not in REQUEST_FIELDS:
-                issues.append(
-                    (("params", name), f"Mistral's chat completion request has no parameter {name!r} (it answers 422)")
-                )
-        return issues
+        return {
+            name: f"Mistral's chat completion request has no parameter {_RENAMED.get(name, name)!r} (it answers 422)"
+            for name in params
+            if _RENAMED.get(name, name) not in REQUEST_FIELDS
+        }
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # a final assistant message with `prefix: true`

@@ -30,11 +30,13 @@ from nspec.compiler.tokenizers import Tokenizer, encoding
 from nspec.errors import NspecError
 from nspec.providers import (
     OPENAI_CHAT,
+    REASONING_TOKENS,
     BadLine,
     BatchView,
     Credentials,
     Outcome,
     RateHeaders,
+    Reasoning,
     ShardLimits,
     model_name,
     provider_id,
@@ -58,7 +60,16 @@ from nspec.runners.providers import (
     status_error,
     stream_lines,
 )
-from nspec.runners.providers.openai_models import CHAT, FLEX_MODELS, RESPONSES, refusals
+from nspec.runners.providers.openai_models import (
+    CHAT,
+    FLEX_MODELS,
+    RESPONSES,
+    Refusal,
+    family,
+    reasoning_effort,
+    refusals,
+    rule,
+)
 
 # The model families whose tokenizer is known: o200k_base (checked first), then cl100k_base.
 _O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "codex-mini")
@@ -148,6 +159,12 @@ _SPEC_NAMES = {
 }
 
 
+def _spec_key(param: str, params: Mapping[str, Any]) -> str:
+    """The spec's name (a key of ``params`` where one fits) for a request ``param`` an endpoint refused."""
+    where = param.split(".", 1)[0]
+    return next((k for k, names in _SPEC_NAMES.items() if where in names and k in params), where)
+
+
 def _responses_params(params: dict[str, Any]) -> dict[str, Any]:
     """Chat-style parameters in the Responses API's names: reasoning_effort → reasoning.effort, verbosity →
     text.verbosity, a json_schema response_format → text.format; the rest as they are."""
@@ -216,23 +233,68 @@ class OpenAI(BaseProvider):
         return super().tokenizer(model, None)  # a family nspec does not know: counted by the proxy, and said so
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-        issues = super().model_issues(entry)
+        issues = super().model_issues(entry)  # with what refused_params finds
         given = entry.get("params")
         params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        line = self.request_line(entry, "check", None, "", None, params, 1)
-        for refusal in refusals(
-            {**line["body"], "model": self.base_model(entry)}, ENDPOINTS[entry.get("endpoint", "chat")]
-        ):
-            where = refusal.param.split(".", 1)[0]
-            key = next((k for k, v in _SPEC_NAMES.items() if where in v and k in params), where)
-            issues.append(
-                (
-                    ("params", key) if key in params else ("params",),
-                    f"{entry['id']} refuses this: {refusal.message} (OpenAI: {refusal.code}); change it, or leave "
-                    f"it out for this model with `{key}: null` in the model's own params",
-                )
-            )
+        for refusal in self._refusals(entry):
+            if _spec_key(refusal.param, params) not in params:  # not a param's fault (flex, say): the entry's
+                issues.append((("params",), self._refused(entry, refusal, None)))
         return issues
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        out: dict[str, str] = {}
+        if str(entry.get("endpoint", "chat")) not in ENDPOINTS:
+            return out  # an endpoint it does not have: that is the entry's issue (`model_issues`)
+        for refusal in self._refusals(entry):
+            key = _spec_key(refusal.param, params)
+            if params.get(key) is not None:
+                out.setdefault(key, self._refused(entry, refusal, key))
+        effort = params.get("reasoning_effort")
+        endpoint = self.endpoint_path(entry)
+        for key, value in params.items():
+            why = rule(self.base_model(entry), key, effort, endpoint) if value is None else None
+            if why is not None:
+                out[key] = f"{why} (OpenAI)"
+        return out
+
+    def _refusals(self, entry: Mapping[str, Any]) -> list[Refusal]:
+        """What OpenAI refuses in a line of the entry (its params as sent), for the model it runs."""
+        if str(entry.get("endpoint", "chat")) not in ENDPOINTS:
+            return []
+        given = entry.get("params")
+        params = {k: v for k, v in given.items() if v is not None} if isinstance(given, Mapping) else {}
+        line = self.request_line(entry, "check", None, "", None, params, 1)
+        return refusals({**line["body"], "model": self.base_model(entry)}, self.endpoint_path(entry))
+
+    def _refused(self, entry: Mapping[str, Any], refusal: Refusal, key: str | None) -> str:
+        if refusal.code is None:  # a key the endpoint's request does not have
+            request = "Responses" if self.endpoint_path(entry) == RESPONSES else "chat completions"
+            return (
+                f"`{refusal.param}` is no parameter of OpenAI's {request} request (OpenAI answers 400: "
+                f"{refusal.message}); check its name"
+            )
+        hint = f", or leave it out for this model with `{key}: null` in the model's own params" if key else ""
+        return f"{entry['id']} refuses this: {refusal.message} (OpenAI: {refusal.code}); change it{hint}"
+
+    def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:
+        given = entry.get("params")
+        asked = given.get("reasoning_effort") if isinstance(given, Mapping) else None
+        model = self.base_model(entry)
+        effort = reasoning_effort(model, asked)
+        if effort is None:
+            return None
+        fam = family(model)
+        said = f"at reasoning_effort {effort}" + ("" if asked else ", its default")
+        if not fam.efforts:
+            said = "always (it takes no reasoning_effort)"
+        least = {"reasoning_effort": fam.efforts[0]} if fam.efforts else {}
+        return Reasoning(said, REASONING_TOKENS.get(effort, REASONING_TOKENS["medium"]), least)
+
+    def endpoint_path(self, entry: Mapping[str, Any]) -> str:
+        """The OpenAI endpoint the entry's lines go to (its rules), whatever the service names it."""
+        return ENDPOINTS[str(entry.get("endpoint", "chat"))]
 
     def endpoint(self, entry: Mapping[str, Any]) -> str:
         """The `url` of the entry's request lines (its batch endpoint)."""
@@ -317,6 +379,12 @@ class OpenAICompatible(OpenAI):
     optional_batch = True
     takes_batch_api = True
     priced = False
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        return {}  # the server's models, not OpenAI's: its own rules and extensions (vLLM's continue_final_message)
+
+    def reasoning(self, entry: Mapping[str, Any]) -> Reasoning | None:
+        return None  # not known of a server's model
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues = BaseProvider.model_issues(self, entry)  # the server's models, not OpenAI's: its own rules

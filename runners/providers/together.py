@@ -2,7 +2,8 @@
 
 - Requests: JSONL lines ``{"custom_id", "body": {model, messages, max_tokens, ...}}`` — Together's batch file format
   (docs.together.ai/docs/inference/batch/tutorial), at most 50,000 lines and 100 MB per file; a live call sends the
-  body to chat completions. Parameters are OpenAI's chat names (`max_completion_tokens` is given as `max_tokens`).
+  body to chat completions. Parameters are OpenAI's chat names (`max_completion_tokens` is given as `max_tokens`); a
+  name Together's request lacks (`REQUEST_FIELDS`) is a `validate` error.
 - Batches: the file is uploaded with purpose `batch-api` (the SDK's upload: a redirect to storage, then
   `preprocess`), a batch created on `/v1/chat/completions`, polled (VALIDATING, IN_PROGRESS, then COMPLETED,
   FAILED, EXPIRED or CANCELLED), and its output and error files downloaded. Together batches carry no metadata: an
@@ -44,6 +45,39 @@ INSTALL_HINT = "pip install 'needlespec[together]'"
 CHAT = "/v1/chat/completions"
 _ENDED = ("COMPLETED", "FAILED", "EXPIRED", "CANCELLED")
 _RENAMED = {"max_completion_tokens": "max_tokens"}
+# The parameters of Together's chat completions (the together SDK's CompletionCreateParams; docs.together.ai, "Create
+# Chat Completion"), `stream` and the reasoning switch of hybrid models included.
+REQUEST_FIELDS = frozenset(
+    (
+        "chat_template_kwargs",
+        "compliance",
+        "context_length_exceeded_behavior",
+        "echo",
+        "frequency_penalty",
+        "function_call",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "messages",
+        "min_p",
+        "model",
+        "n",
+        "presence_penalty",
+        "reasoning",
+        "reasoning_effort",
+        "repetition_penalty",
+        "response_format",
+        "safety_model",
+        "seed",
+        "stop",
+        "stream",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_k",
+        "top_p",
+    )
+)
 
 
 def parse_result(line: Mapping[str, Any]) -> Outcome:
@@ -68,6 +102,15 @@ class Together(ChatBodyLines):
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(50_000, 100 * 1000 * 1000)  # docs.together.ai: 50,000 requests and 100 MB per batch
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        return {
+            name: f"Together's chat completions request has no parameter {_RENAMED.get(name, name)!r}"
+            for name in params
+            if _RENAMED.get(name, name) not in REQUEST_FIELDS
+        }
 
     def request_line(
         self,
