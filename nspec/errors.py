@@ -18,6 +18,7 @@
     │   ├── ConnectionFailed   no response, or a body cut off mid-way
     │   ├── MalformedResponse  a response that is not what the API documents (a gateway's page, a field of the
     │   │                      wrong type, an id of an unsafe shape), named by its endpoint
+    │   ├── Gone               404 on a batch or a file: the provider no longer has it (past its retention)
     │   └── StillFailing       `--wait` gave up: the same failure kept coming back, or `--max-wait` passed
     └── RunBusy                another nspec process is working on the run directory (exit 3: run again later)
 
@@ -206,6 +207,12 @@ class MalformedResponse(ProviderError):
     """A response that is not what the API documents: a body that is not JSON (a gateway's HTML page, a body cut
     off), a field missing or of the wrong type, an id of a shape nspec will not put in a path or a URL. Tried again
     at the next round, like a connection that failed."""
+
+
+class Gone(ProviderError):
+    """A batch or a file the provider answers 404 for: gone past its retention, or never there. Not a refusal of the
+    model: the runner treats the batch's results as missing (sent again) or, for results lost from the results
+    file, as ones to send again on request (`--resend-lost`)."""
 
 
 class StillFailing(ProviderError):

@@ -122,6 +122,12 @@ class BatchView:
                 raise TypeError(f"request count {count!r:.40}")
 
 
+def counted(*values: Any) -> int:
+    """The sum of a batch's request counts as a provider gave them, each that is not a count (missing, negative, not a
+    number) taken as 0: they only say how far a batch is, and a wrong one must not hold up its results."""
+    return sum(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+
 # What a provider's id (a batch's, a file's) may look like before nspec puts it in a file name or a URL path: letters,
 # digits and `_.:-`, with at most one `/` between two such words (Gemini's `batches/...` and `files/...`).
 _PROVIDER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}(?:/[A-Za-z0-9][A-Za-z0-9_.:-]{0,199})?")

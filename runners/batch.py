@@ -10,6 +10,9 @@ Crash safety. Every remote call is bracketed by ledger writes, so resuming after
   that no run folder of this machine holds (`runners.claims`), the first created after the intent preferred; the
   others are noted and left alone (they may be someone else's). An adopted batch is confirmed by its custom ids when
   it is collected: one whose results are not the shard's is released, and the shard submitted again;
+- a create that failed: the job stays unsent and is tried again each round, its requests in its shard; a retry shard
+  is made only of requests in no unsent shard, so a failing create never multiplies jobs, and a job whose requests
+  were all answered meanwhile is superseded, never sent;
 - killed while downloading or parsing: the job is not yet `collected`, so it is downloaded again; results already
   written are kept and not written twice (`ResultsFile`).
 
@@ -28,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nspec.errors import ProviderError, Refused
-from nspec.providers import BadLine, BatchClient, Outcome, credentials, provider
+from nspec.errors import Gone, MalformedResponse, ProviderError, Refused
+from nspec.providers import BadLine, BatchClient, BatchView, Outcome, credentials, provider
 from nspec.runners import claims
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Job, Ledger
@@ -60,6 +63,9 @@ class Progress:
     live: list[str] = field(default_factory=list)  # custom_ids to send live
     rate_limited: int = 0  # 429s received by live calls
     errors: dict[str, str] = field(default_factory=dict)  # what failed this round and why (job or model → error)
+    # The kinds of failure of this round (model, error class and status; not the message, which often carries an id
+    # of the provider's own): `--wait` gives up when they come back unchanged round after round.
+    failing: set[str] = field(default_factory=set)
 
 
 class BatchRunner:
@@ -98,15 +104,16 @@ class BatchRunner:
             try:
                 step(job, progress)
             except (ProviderError, Refused) as exc:
-                message = f"{type(exc).__name__}: {exc}"
-                self.ledger.job_failed(job.id, message)
+                message, kind = f"{type(exc).__name__}: {exc}", f"{type(exc).__name__} {exc.status or ''}".strip()
+                self.ledger.job_failed(job.id, message, kind)
                 progress.errors[f"{job.model} ({job.batch_id or Path(job.shard).name})"] = message
+                progress.failing.add(f"{job.model}: {kind}")
                 if isinstance(exc, Refused):
                     stopped.add(job.model)
                     refused = refused or exc
             else:
                 if job.error is not None:  # its calls go through again
-                    self.ledger.update_job(job.id, error=None, error_repeats=0)
+                    self.ledger.update_job(job.id, error=None, error_repeats=0, error_kind=None)
         if refused is not None:
             raise refused
 
@@ -125,6 +132,9 @@ class BatchRunner:
     def _advance(self, job: Job, progress: Progress) -> None:
         client = self.clients[job.model]
         if job.state == "creating" and self._adopt(job, client, progress):
+            return
+        if not self.ledger.awaiting(job.shard):  # its requests were answered elsewhere meanwhile: nothing to send
+            self.ledger.update_job(job.id, state="superseded", error=None, error_repeats=0, error_kind=None)
             return
         file_id = job.file_id
         if job.state == "planned" or file_id is None:
@@ -197,7 +207,7 @@ class BatchRunner:
             if client is None:
                 continue
             try:
-                view = client.poll(batch.batch_id)
+                view = self._poll(client, batch.batch_id)
                 if not view.ended:
                     continue
                 cost = 0.0
@@ -223,7 +233,12 @@ class BatchRunner:
     def _collect_job(self, job: Job, results: ResultsFile, max_attempts: int, progress: Progress) -> None:
         client = self.clients[job.model]
         assert job.batch_id is not None
-        view = client.poll(job.batch_id)
+        gone: str | None = None
+        try:
+            view = self._poll(client, job.batch_id)
+        except Gone as exc:  # the batch itself is gone: its results will never come
+            self._missing(results, job, self.ledger.submitted_to(job.id), {}, max_attempts, progress, str(exc))
+            return
         self.ledger.update_job(job.id, provider_status=view.status)
         self.ledger.update_batch(job.batch_id, provider_status=view.status)
         if not view.ended:
@@ -240,35 +255,62 @@ class BatchRunner:
         handled = bad_count = 0
         bad: dict[str, BadLine] = {}  # the bad line of each request that has no good one
         first_bad: BadLine | None = None
-        for item in client.download(view, self.run.paths.downloads(self.stage)):
-            if isinstance(item, BadLine):
-                bad_count += 1
-                first_bad = first_bad or item
-                if item.custom_id in expected:
-                    bad[item.custom_id] = item
-                continue
-            if item.custom_id not in expected:
-                continue  # a line already handled before an interruption, or one that is not this batch's
-            expected.discard(item.custom_id)  # a second line for one request is not read
-            bad.pop(item.custom_id, None)
-            self._handle(results, job, item, max_attempts, progress)
-            if not handled:
-                failpoint("during-download")
-            handled += 1
-        if job.adopted and expected and not handled and view.done:
+        try:
+            for item in client.download(view, self.run.paths.downloads(self.stage)):
+                if isinstance(item, BadLine):
+                    bad_count += 1
+                    first_bad = first_bad or item
+                    if item.custom_id in expected:
+                        bad[item.custom_id] = item
+                    continue
+                if item.custom_id not in expected:
+                    continue  # a line already handled before an interruption, or one that is not this batch's
+                expected.discard(item.custom_id)  # a second line for one request is not read
+                bad.pop(item.custom_id, None)
+                self._handle(results, job, item, max_attempts, progress)
+                if not handled:
+                    failpoint("during-download")
+                handled += 1
+        except Gone as exc:  # its result file is gone (past its retention): what it held is missing
+            gone = str(exc)
+        if job.adopted and expected and not handled and view.done and gone is None:
             # Adopted after a crash, and its custom ids are not the shard's: someone else's batch.
             self.ledger.job_released(job, f"released batch {job.batch_id}: its results are not this shard's")
             return
-        for cid in sorted(expected):  # no usable line: missing, sent again while its attempts last
+        note = None if first_bad is None else f"{bad_count} lines of its results are no results, the first: {first_bad}"
+        self._missing(results, job, expected, bad, max_attempts, progress, gone or note)
+
+    def _missing(
+        self,
+        results: ResultsFile,
+        job: Job,
+        expected: set[str],
+        bad: dict[str, BadLine],
+        max_attempts: int,
+        progress: Progress,
+        note: str | None,
+    ) -> None:
+        """The job's requests that have no usable line (``bad``: those whose line is no result) count as missing,
+        sent again while their attempts last; the job is collected and its batch ended, with ``note`` said."""
+        for cid in sorted(expected):
             line = bad.get(cid)
-            message = f"batch {job.batch_id}: {line}" if line else f"batch {job.batch_id} has no result for it"
+            reason = line or note or "has no result for it"
+            message = f"batch {job.batch_id}: {reason}"
             missing = Outcome(cid, "error", error={"code": "bad_line" if line else "missing", "message": message})
             self._handle(results, job, missing, max_attempts, progress)
         self.ledger.update_job(job.id, state="collected", collected_at=time.time())
-        note = None if first_bad is None else f"{bad_count} lines of its results are no results, the first: {first_bad}"
+        assert job.batch_id is not None
         self.ledger.update_batch(job.batch_id, state="ended", note=note)
         if note is not None:
             progress.errors[f"{job.model} ({job.batch_id})"] = note
+
+    def _poll(self, client: BatchClient, batch_id: str) -> BatchView:
+        """The batch as the provider sees it, checked to be the one asked for (a proxy's mix-up must not steer a
+        download to another batch)."""
+        view = client.poll(batch_id)
+        if view.batch_id != batch_id:
+            raise MalformedResponse("batch", f"asked for batch {batch_id}, the answer is batch {view.batch_id}")
+        return view
 
     def restore(self, results: ResultsFile, lost: dict[str, Lost]) -> int:
         """Write again, from their batches' output files, the results of ``lost`` that came from a batch; the ledger
@@ -283,14 +325,17 @@ class BatchRunner:
             if not wanted or job.batch_id is None or job.model not in self.clients:
                 continue
             client = self.clients[job.model]
-            view = client.poll(job.batch_id)
-            if not view.ended:
-                continue
             came: dict[str, Any] = {"kind": "batch", "batch_id": job.batch_id, "attempt": job.attempt}
-            for item in client.download(view, self.run.paths.downloads(self.stage)):
-                if isinstance(item, Outcome) and item.custom_id in wanted:
-                    wanted.discard(item.custom_id)
-                    restored += results.append(result_record(self.stage, job.model, item, came))
+            try:
+                view = self._poll(client, job.batch_id)
+                if not view.ended:
+                    continue
+                for item in client.download(view, self.run.paths.downloads(self.stage)):
+                    if isinstance(item, Outcome) and item.custom_id in wanted:
+                        wanted.discard(item.custom_id)
+                        restored += results.append(result_record(self.stage, job.model, item, came))
+            except Gone:  # what it held cannot be fetched again: left lost, to be sent again on request
+                continue
         return restored
 
     def _reconcile(self, results: ResultsFile) -> None:
@@ -320,8 +365,10 @@ class BatchRunner:
 
     def _resubmit(self, live_below: int, progress: Progress) -> None:
         """Requests to retry: a small remainder goes live; the rest into new shards, submitted now."""
+        unsent = {job.shard for job in self.ledger.jobs(self.stage, UNSENT)}
         for model in self.batch_models:
-            rows = list(self.ledger.requests_in(self.stage, model.label, "retry"))
+            # Requests already in a retry shard whose batch is not created yet wait for that one: never a second.
+            rows = [r for r in self.ledger.requests_in(self.stage, model.label, "retry") if r["shard"] not in unsent]
             if not rows:
                 continue
             if len(rows) < live_below:

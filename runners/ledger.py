@@ -96,6 +96,7 @@ MIGRATIONS = (
     """
     ALTER TABLE jobs ADD COLUMN adopted INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN error_repeats INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN error_kind TEXT;
     ALTER TABLE requests ADD COLUMN budget_from INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE batches (
         batch_id TEXT PRIMARY KEY,
@@ -119,6 +120,9 @@ MIGRATIONS = (
     """,
 )
 VERSION = len(MIGRATIONS)
+# Fields that hold a provider's words (a status, an error, a note): kept redacted (`nspec.secrets`) and short, since a
+# gateway may echo the key it received in any of them.
+_PROVIDER_WORDS = ("provider_status", "error", "note")
 GROUP_ROWS = 512  # final states committed together: one fsync for many results
 GROUP_SECONDS = 1.0
 
@@ -297,17 +301,26 @@ class Ledger:
         return [Job(**{k: row[k] for k in Job.__dataclass_fields__}) for row in rows]
 
     def update_job(self, job_id: int, **fields: Any) -> None:
+        fields = {k: redact(v)[:500] if isinstance(v, str) and k in _PROVIDER_WORDS else v for k, v in fields.items()}
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE jobs SET {names} WHERE id = ?", [*fields.values(), job_id])
 
-    def job_failed(self, job_id: int, message: str) -> None:
-        """A call about the job failed: its error, counted when it is the same as the last."""
-        message = redact(message)[:500]
+    def job_failed(self, job_id: int, message: str, kind: str) -> None:
+        """A call about the job failed: its error, counted when it is of the same ``kind`` as the last (the error's
+        class and status: a provider's message often carries a request id of its own)."""
         self._write(
-            "UPDATE jobs SET error_repeats = CASE WHEN error = ? THEN error_repeats + 1 ELSE 1 END, error = ?"
-            " WHERE id = ?",
-            (message, message, job_id),
+            "UPDATE jobs SET error_repeats = CASE WHEN error_kind = ?1 THEN error_repeats + 1 ELSE 1 END,"
+            " error_kind = ?1, error = ?2 WHERE id = ?3",
+            (kind, redact(message)[:500], job_id),
         )
+
+    def awaiting(self, shard: str) -> int:
+        """How many requests wait to be sent in ``shard`` (none: the job of that shard has nothing left to send)."""
+        self.flush()
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM requests WHERE shard = ? AND state IN ('pending', 'retry')", (shard,)
+        ).fetchone()
+        return int(row[0])
 
     def job_created(self, job_id: int, batch_id: str, adopted: bool = False) -> None:
         """The create call returned (or, ``adopted``, its batch was found again): the job and its requests are now
@@ -349,8 +362,7 @@ class Ledger:
         )
 
     def update_batch(self, batch_id: str, **fields: Any) -> None:
-        if isinstance(fields.get("note"), str):  # a provider's words, maybe echoing a key
-            fields["note"] = redact(fields["note"])[:500]
+        fields = {k: redact(v)[:500] if isinstance(v, str) and k in _PROVIDER_WORDS else v for k, v in fields.items()}
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE batches SET {names} WHERE batch_id = ?", [*fields.values(), batch_id])
 

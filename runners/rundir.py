@@ -93,8 +93,9 @@ class Run:
         return jsonl.read(self.paths.cells)  # type: ignore[return-value]
 
     def results(self, stage: str = "answers") -> Iterator[ResultRecord]:
-        """A stage's final results so far, a line at a time."""
-        return jsonl.read(self.paths.results(stage))  # type: ignore[return-value]
+        """A stage's final results so far, a line at a time, each checked (`checked_result`)."""
+        path = self.paths.results(stage)
+        return (checked_result(record, path) for record in jsonl.read(path))
 
     def scores(self) -> Iterator[ScoreRecord]:
         """The scores so far, a line at a time."""
@@ -291,14 +292,46 @@ def cell_ids(path: Path) -> Iterator[str]:
             yield cell_id.decode()
 
 
+def checked_result(record: Any, path: Path) -> ResultRecord:
+    """A line of a results file, if its fields have their types; else a `UserError` naming the cell and the repair (a
+    hand edit or a bad sync must not crash scoring or the report)."""
+    problem = _result_problem(record)
+    if problem is None:
+        return record  # type: ignore[no-any-return]
+    cell = record.get("cell_id") if isinstance(record, dict) else None
+    raise UserError(
+        f"{path}: the result of cell {cell!r} is damaged ({problem}): restore the file, or delete that line and run "
+        f"`nspec collect {path.parent.parent}`, which fetches it again"
+    )
+
+
+def _result_problem(record: Any) -> str | None:
+    if not isinstance(record, dict) or not isinstance(record.get("cell_id"), str):
+        return "no cell_id"
+    if record.get("status") not in ("ok", "error", "expired", "cancelled"):
+        return f"status {record.get('status')!r:.40}"
+    for name in ("text", "finish_reason"):
+        if record.get(name) is not None and not isinstance(record[name], str):
+            return f"{name} is a {type(record[name]).__name__}"
+    usage = record.get("usage")
+    if not isinstance(usage, dict) or not all(isinstance(v, int) and v >= 0 for v in usage.values()):
+        return f"usage {usage!r:.80}"
+    for name in ("error", "source"):
+        if record.get(name) is not None and not isinstance(record[name], dict):
+            return f"{name} is a {type(record[name]).__name__}"
+    return None
+
+
 class LineIndex:
     """A JSONL file of records keyed by `cell_id` (a results or scores file), opened for lookups: a record is read
     and parsed only when asked for. Memory is 16 bytes a line, not a dict of ids: each line is kept as a 32-bit hash
     of its id beside its line number, sorted, and its byte offset; a lookup reads the lines whose hash matches and
-    checks the id (the last line with the id wins). A line still being written (no newline yet) is left out."""
+    checks the id (the last line with the id wins). A line still being written (no newline yet) is left out. Each
+    record read is checked by ``check`` (`checked_result` for a results file)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, check: Callable[[Any, Path], Any] | None = None) -> None:
         self.path = path
+        self.check = check
         keys, self._offsets = array("Q"), array("Q")
         self._fh: IO[bytes] | None = None
         if path.is_file():
@@ -329,7 +362,10 @@ class LineIndex:
             if _line_cell_id(line) == wanted:
                 found = line
             at += 1
-        return None if found is None else json.loads(found)
+        if found is None:
+            return None
+        record = json.loads(found)
+        return record if self.check is None else self.check(record, self.path)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -391,7 +427,7 @@ def result_record(stage: str, model: str, outcome: Outcome, source: dict[str, An
         "stage": stage,
         "model": model,
         "status": outcome.status,
-        "text": outcome.text,
+        "text": None if outcome.text is None else redact(outcome.text),  # a gateway may put anything there
         "finish_reason": outcome.finish_reason,
         "usage": usage,
         "error": error,

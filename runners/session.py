@@ -101,9 +101,9 @@ class Session:
         low, high = self.poll_schedule()
         delay, streak, last = low, 0, None
         while wait and progress.pending:
-            stuck = progress.errors and not (progress.collected or progress.created or progress.adopted)
-            streak = streak + 1 if stuck and progress.errors == last else 1 if stuck else 0
-            last = progress.errors
+            stuck = progress.failing and not (progress.collected or progress.created or progress.adopted)
+            streak = streak + 1 if stuck and progress.failing == last else 1 if stuck else 0
+            last = progress.failing
             if streak >= MAX_IDENTICAL_FAILURES:
                 failures = "; ".join(f"{where}: {error}" for where, error in progress.errors.items())
                 raise StillFailing(
@@ -150,14 +150,16 @@ class Session:
 
     def resend_lost(self) -> int:
         """Send again the requests whose final result the ledger records but the results file lacks and no provider
-        keeps any more. Returns how many."""
+        keeps any more (what a provider still keeps is fetched again first, for free). Returns how many."""
         results = ResultsFile(self.run.paths.results(self.stage))
         try:
-            lost = sorted(lost_results(self.ledger, self.stage, results.ids))
+            lost = lost_results(self.ledger, self.stage, results.ids)
+            self.batch.restore(results, lost)
+            left = sorted(cid for cid in lost if cid not in results.ids)
         finally:
             results.close()
-        self.ledger.resend(lost)
-        return len(lost)
+        self.ledger.resend(left)
+        return len(left)
 
     def _say_errors(self, progress: RunProgress) -> None:
         for where, error in progress.errors.items():
@@ -266,11 +268,12 @@ class Session:
             self.events(Event("live-end", self.stage, label))
         progress.rate_limited += report.rate_limited
         progress.errors.update(report.closed)
+        progress.failing.update(f"{label}: closed" for label in report.closed)
         for job in self.ledger.jobs(self.stage, ("live",)):  # in sight in `status` until the model answers again
             if job.model in report.closed:
-                self.ledger.job_failed(job.id, report.closed[job.model])
+                self.ledger.job_failed(job.id, report.closed[job.model], "closed")
             elif job.error is not None and job.model in by_model:
-                self.ledger.update_job(job.id, error=None, error_repeats=0)
+                self.ledger.update_job(job.id, error=None, error_repeats=0, error_kind=None)
         if over_budget():
             raise BudgetSpent(
                 f"live calls stopped at the budget of ${cap:,.2f}: ${spent + cost[0]:,.4f} spent in this stage; "

@@ -39,6 +39,7 @@ class Reply:
     body: bytes = b"{}"
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
     reset: bool = False  # close the connection without answering
+    trickle: float = 0.0  # seconds between two bytes of the body (a gateway that never quite stops sending)
 
     @classmethod
     def json(cls, data: Any, status: int = 200, **headers: str) -> Reply:
@@ -89,7 +90,16 @@ class Hostile:
                     self.send_header(name, value)
                 self.send_header("content-length", str(len(reply.body)))
                 self.end_headers()
-                self.wfile.write(reply.body)
+                if not reply.trickle:
+                    self.wfile.write(reply.body)
+                    return
+                try:
+                    for i in range(len(reply.body)):
+                        self.wfile.write(reply.body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(reply.trickle)
+                except OSError:  # the client gave up
+                    self.close_connection = True
 
             do_GET = do_POST = do_DELETE = _serve
 

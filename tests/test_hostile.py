@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nspec.providers import SDK_RETRIES_ENV
-from nspec.runners.providers import retry_after
+from nspec.runners.providers import pacing, retry_after
 from nspec.runners.session import MAX_IDENTICAL_FAILURES, Session
 from tests.hostile import RESET, Call, Hostile, Reply
 
@@ -247,6 +247,11 @@ FAULTS = {
         lambda call, default: Reply.json({"error": {"message": "slow down"}}, 429),
         "RateLimited: openai answered 429: slow down",
     ),
+    "a 500 whose message names a new request id each time": (
+        "GET /v1/batches/{}",
+        lambda call, default: Reply.json({"error": {"message": f"internal error (request id req_{call.number})"}}, 500),
+        "ServerError: openai answered 500: internal error (request id req_",
+    ),
     "a gateway's page with status 200 on every poll": (
         "GET /v1/batches/{}",
         _html,
@@ -275,6 +280,25 @@ def test_a_failure_that_keeps_coming_back_is_in_sight_and_waiting_gives_up(serve
     held = model["unsent"] + [b for b in model["batches"] if b["error"]]
     assert held and held[0]["error_repeats"] >= MAX_IDENTICAL_FAILURES and named in held[0]["error"]
     assert len(server.batches) <= 1  # a failing create is never a second batch
+
+
+@pytest.mark.parametrize("route", ["GET /v1/batches/{}", "GET /v1/messages/batches/{}/results"])
+def test_a_body_that_trickles_in_is_cut_and_waiting_gives_up(server, tmp_path, cli, monkeypatch, route):
+    monkeypatch.setattr(pacing, "GRACE_SECONDS", 0.2)
+
+    def respond(call: Call, default):
+        if call.route == route:
+            return Reply(200, b" " * 1_000_000, {"content-type": "application/json"}, trickle=0.05)
+        return default()
+
+    server.respond = respond
+    started = time.monotonic()
+    ran = cli("run", write_spec(tmp_path, server), "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 3, ran.err
+    # The SDK says a control call's cut as its own timeout; a download's cut comes through in nspec's words.
+    assert ("cut as too slow" if "results" in route else "Request timed out") in ran.err
+    assert "gave up waiting" in ran.err
+    assert time.monotonic() - started < 60
 
 
 def test_max_wait_bounds_the_wait(server, tmp_path, cli):
@@ -409,6 +433,8 @@ def test_a_key_a_gateway_echoes_is_never_kept_or_printed(server, tmp_path, cli):
         echoed = f"bad credentials: {call.headers.get('authorization') or call.headers.get('x-api-key')}"
         if call.route == "POST /v1/batches" and call.number == 1:
             return Reply.json({"error": {"message": echoed}}, 500)
+        if call.route == "GET /v1/batches/{}" and call.number == 1:  # in a batch's status
+            return Reply.json({**json.loads(default().body), "status": f"validating {echoed}"})
         if call.route == "GET /v1/messages/batches/{}/results":
             lines = default().body.splitlines()
             failed = json.loads(lines[0])
@@ -418,9 +444,15 @@ def test_a_key_a_gateway_echoes_is_never_kept_or_printed(server, tmp_path, cli):
         return default()
 
     server.respond = respond
+    echo = f"bad credentials: Bearer {KEY}"
+    server.answer = lambda custom_id, body: echo if body.get("model") == "gpt-4.1-mini" else "The number is 42."
+    server.output = lambda batch_id, lines: (  # and in a line that is no result
+        [f"<html>{echo}</html>".encode(), *lines] if batch_id.startswith("batch_") else lines
+    )
     ran = cli("run", write_spec(tmp_path, server), "--wait", "-o", str(tmp_path / "out"))
     assert ran.code == 4, ran.err
     assert "bad credentials: Bearer [redacted]" in ran.err and KEY not in ran.err + ran.out
+    assert list((run_dir(tmp_path) / "answers" / "downloads").glob("*.jsonl"))  # kept, with the key cut out
     run = run_dir(tmp_path)
     assert any("bad credentials: Bearer [redacted]" in (r["error"] or {}).get("message", "") for r in results(run))
     for path in run.rglob("*"):
@@ -479,3 +511,122 @@ def _compiled(cli, spec: str, out: Path) -> Path:
     compiled = cli("compile", spec, "-o", str(out))
     assert compiled.code == 0, compiled.err
     return Path(compiled.out.strip().splitlines()[-1])
+
+
+def test_a_retry_whose_create_keeps_failing_is_one_job_and_one_batch_once_it_goes_through(server, tmp_path, cli):
+    outage = {"on": True}
+
+    def output(batch_id: str, lines: list[bytes]) -> list[bytes]:
+        return lines[1:] if batch_id == "msgbatch_0001" else lines  # the first batch is one result short
+
+    def respond(call: Call, default):
+        if call.route == "POST /v1/messages/batches" and call.number > 1 and outage["on"]:
+            return Reply.json({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}, 529)
+        return default()
+
+    server.output, server.respond = output, respond
+    spec = write_spec(tmp_path, server, ("-", "batch"))
+    stuck = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert stuck.code == 3 and "gave up waiting" in stuck.err and "529" in stuck.err
+    run = run_dir(tmp_path)
+    db = sqlite3.connect(run / "ledger.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM jobs").fetchone() == (2,)  # the shard and one retry shard, never more
+    db.close()
+    outage["on"] = False
+    done = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert done.code == 0, done.err
+    assert len(server.message_batches) == 2 and all(r["status"] == "ok" for r in assert_one_result_per_cell(run))
+    assert "not sent yet" not in cli("status", str(run)).out
+    assert cli("run", spec, "--wait", "-o", str(tmp_path / "out")).code == 0 and len(server.message_batches) == 2
+
+
+def test_a_result_file_the_provider_no_longer_has_is_missing_not_a_model_refused(server, tmp_path, cli):
+    def respond(call: Call, default):
+        if call.route == "GET /v1/files/{}/content" and call.path == "/v1/files/file-0003/content":
+            return Reply.json({"error": {"message": "No such File object: file-0003"}}, 404)
+        return default()
+
+    server.respond = respond
+    ran = cli("run", write_spec(tmp_path, server, ("batch", "-")), "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    assert "fix the model id" not in ran.err and "not found (404)" in ran.err
+    assert len(server.batches) == 2  # its requests sent again, as missing
+    run = run_dir(tmp_path)
+    (run / "answers" / "results.jsonl").unlink()  # lost, and now the second batch's file is gone too
+    server.respond = lambda call, default: (
+        Reply.json({"error": {"message": "No such File object"}}, 404)
+        if call.route == "GET /v1/files/{}/content"
+        else default()
+    )
+    refused = cli("collect", str(run))
+    assert refused.code == 2 and "--resend-lost" in refused.err and "fix the model id" not in refused.err
+
+
+def test_answers_too_long_and_lines_too_long_are_bad_lines_read_past(server, tmp_path, cli, monkeypatch):
+    from nspec.runners import providers
+
+    monkeypatch.setattr(providers, "MAX_ANSWER_CHARS", 10_000)
+    monkeypatch.setattr(providers, "MAX_LINE_BYTES", 100_000)
+    sizes = iter([50_000, 500_000])  # the first batch's two answers; then short ones
+    server.answer = lambda custom_id, body: "x" * next(sizes, 10)
+    ran = cli("run", write_spec(tmp_path, server, ("batch", "-")), "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    run = run_dir(tmp_path)
+    (note,) = [b["note"] for b in batches_on_record(run) if b["note"]]
+    assert "2 lines of its results are no results" in note and "50,000 characters, more than any model writes" in note
+    kept = next((run / "answers" / "downloads").glob("*.jsonl")).read_bytes().splitlines(keepends=True)
+    assert len(kept[1]) == 100_001  # the long line cut where reading it stopped
+    assert all(r["status"] == "ok" for r in assert_one_result_per_cell(run))
+
+
+def test_a_damaged_results_line_is_named_not_a_crash(server, tmp_path, cli):
+    assert cli("run", write_spec(tmp_path, server, ("batch", "-")), "--wait", "-o", str(tmp_path / "out")).code == 0
+    run = run_dir(tmp_path)
+    path = run / "answers" / "results.jsonl"
+    first, *rest = path.read_text().splitlines(keepends=True)
+    damaged = {**json.loads(first), "text": 5}
+    path.write_text(json.dumps(damaged) + "\n" + "".join(rest))
+    for command in ("score", "report"):
+        refused = cli(command, str(run))
+        assert refused.code == 2
+        assert f"the result of cell {damaged['cell_id']!r} is damaged (text is a int)" in refused.err
+
+
+def test_resend_lost_fetches_what_the_provider_keeps_for_free_first(server, tmp_path, cli):
+    assert cli("run", write_spec(tmp_path, server, ("batch", "-")), "--wait", "-o", str(tmp_path / "out")).code == 0
+    run = run_dir(tmp_path)
+    (run / "answers" / "results.jsonl").unlink()
+    assert cli("collect", str(run), "--resend-lost").code == 0
+    assert len(server.batches) == 1 and len(assert_one_result_per_cell(run)) == 2
+
+
+def test_odd_batch_answers_hold_nothing_up(server, tmp_path, cli):
+    """Request counts that are no counts, an Anthropic result of a type it does not write, a poll answering for
+    another batch: the run still completes, each oddity said where it matters."""
+
+    def respond(call: Call, default):
+        reply = default()
+        if call.route == "GET /v1/batches/{}":
+            batch = json.loads(reply.body)
+            batch["request_counts"] = {"total": -5, "completed": None, "failed": "many"}
+            if call.number == 1:
+                batch["id"] = "batch_9999"
+            return Reply.json(batch)
+        return reply
+
+    first = first_of("msgbatch_")
+
+    def output(batch_id: str, lines: list[bytes]) -> list[bytes]:
+        if not first(batch_id):
+            return lines
+        odd = json.loads(lines[0])
+        odd["result"] = {"type": "banana"}
+        return [json.dumps(odd).encode(), *lines[1:]]
+
+    server.respond, server.output = respond, output
+    ran = cli("run", write_spec(tmp_path, server), "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    assert "asked for batch batch_0002, the answer is batch batch_9999" in ran.err
+    notes = " ".join(b["note"] or "" for b in batches_on_record(run_dir(tmp_path)))
+    assert "a result of type 'banana'" in notes
+    assert all(r["status"] == "ok" for r in assert_one_result_per_cell(run_dir(tmp_path)))

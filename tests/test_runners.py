@@ -391,7 +391,8 @@ def test_missing_package_names_the_pip_command(emulator, tmp_path, monkeypatch):
 def test_a_wrong_key_stops_with_exit_2_and_the_same_command_resumes_once_it_is_fixed(
     emulator, tmp_path, monkeypatch, cli, mode
 ):
-    emu = emulator(api_key="the-right-key")
+    # Batches wait for the clock to be moved, however slow the machine is.
+    emu = emulator(api_key="the-right-key", timing=Timing(validate_seconds=300, seconds_per_request=0.02))
     run = compile_for(tmp_path, emu, modes=(mode, mode))
     monkeypatch.setenv("OPENAI_API_KEY", "a-wrong-key")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "a-wrong-key")

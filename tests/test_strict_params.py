@@ -274,6 +274,15 @@ def test_claude_thinking_follows_the_model(cli, spec_file):
     assert result.code == 2 and '"thinking.type.enabled" is not supported for this model.' in result.err
     small = with_models("[{id: anthropic/claude-sonnet-4-5, params: {thinking: {type: enabled, budget_tokens: 100}}}]")
     assert "budget_tokens is at least 1024" in cli("validate", spec_file(small)).err
+    # With no max_tokens, the answer budget is reserve_tokens (300 here): a budget_tokens of 1024 does not fit in it.
+    over = with_models("[{id: anthropic/claude-sonnet-4-5, params: {thinking: {type: enabled, budget_tokens: 1024}}}]")
+    result = cli("validate", spec_file(over))
+    assert result.code == 2
+    assert (
+        "models[0].params: anthropic/claude-sonnet-4-5 refuses this: thinking tokens count against max_tokens "
+        "(Anthropic, anthropic-version 2026-10-21: `max_tokens` must be greater than `thinking.budget_tokens`.); "
+        "with no max_tokens its answer budget is reserve_tokens (300): set max_tokens, or raise reserve_tokens"
+    ) in result.err
 
 
 def test_the_anthropic_version_header_is_nspecs(cli, spec_file):

@@ -346,6 +346,22 @@ class _Checker:
             if isinstance(e.get("reserve_tokens", 300), int)
         ]
 
+    def answer_budget(self, path: Path, model: dict[str, Any], api: Provider, reserves: list[int]) -> None:
+        """A model without `max_tokens` answers within `reserve_tokens`: what its API refuses of that budget (a
+        thinking budget it does not exceed) is refused here, as `compile` would write it."""
+        given = model.get("params")
+        params: dict[str, Any] = given if isinstance(given, dict) else {}
+        if not reserves or any(params.get(k) is not None for k in ("max_tokens", "max_completion_tokens")):
+            return
+        budget = min(reserves)
+        why = api.refused_params({**model, "params": {**params, "max_tokens": budget}}).get("max_tokens")
+        if why is not None:
+            self.error(
+                (*path, "params") if params else path,
+                f"{why}; with no max_tokens its answer budget is reserve_tokens ({budget}): set max_tokens, or raise "
+                "reserve_tokens",
+            )
+
     def model_settings(self, path: Path, model: dict[str, Any], reserves: list[int]) -> None:
         model_id = model.get("id")
         name = model_id.split("/", 1)[0] if isinstance(model_id, str) and "/" in model_id else None
@@ -360,6 +376,7 @@ class _Checker:
                 self.error((*path, *where), message)
             if path[0] == "models":
                 self.prefill(path, model, api)
+                self.answer_budget(path, model, api, reserves)
         self.destination(path, model, api is not None)
         tokenizer = model.get("tokenizer")
         choice = tokenizer.get("name") if isinstance(tokenizer, dict) else tokenizer

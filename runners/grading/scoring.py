@@ -16,7 +16,7 @@ from typing import Any
 from nspec import jsonl
 from nspec.runners.grading import judging
 from nspec.runners.grading.grader import accepted_answers, decide, needle_text, scorer_verdicts, share_given
-from nspec.runners.rundir import LineIndex, Run
+from nspec.runners.rundir import LineIndex, Run, checked_result
 
 JUDGE_ERROR = "undecided (judge error)"
 
@@ -120,7 +120,7 @@ def score_run(run: Run) -> dict[str, int]:
             counts[key] = counts.get(key, 0) + 1
             yield line
 
-    with LineIndex(run.paths.results("answers")) as results:  # a result is read when its cell comes
+    with LineIndex(run.paths.results("answers"), checked_result) as results:  # read when its cell comes
         jsonl.write(run.paths.scores, lines(results))
     return counts
 

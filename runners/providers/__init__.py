@@ -29,6 +29,7 @@ from nspec.errors import (
     AuthenticationFailed,
     BadRequest,
     ConnectionFailed,
+    Gone,
     MalformedResponse,
     ModelNotFound,
     NspecError,
@@ -48,6 +49,7 @@ from nspec.providers import (
     message_text,
     request_id,
 )
+from nspec.secrets import redact
 
 # Headers a model entry may not set: they carry the API key, frame the request, or name the API version whose rules
 # `validate` applies (anthropic-version).
@@ -400,17 +402,29 @@ DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError)
 T = TypeVar("T")
 
 
-def guard(provider: str, what: str, mapper: Callable[[BaseException], NspecError | None], call: Callable[[], T]) -> T:
+def guard(
+    provider: str,
+    what: str,
+    mapper: Callable[[BaseException], NspecError | None],
+    call: Callable[[], T],
+    objects: bool = True,
+) -> T:
     """Run ``call`` — a provider call and the reading of its answer — with every failure in nspec's terms: the SDK's
     exceptions as ``mapper`` maps them; an answer of the wrong shape (a gateway's HTML page with status 200, a body
     cut off, a field missing or of the wrong type, an unsafe id) as `MalformedResponse` naming ``what``, the
-    endpoint. Exit 1 never comes from what a provider sends."""
+    endpoint. With ``objects`` (a call about a batch or a file, not a create), a 404 is `Gone`, not a model the
+    provider does not know. Exit 1 never comes from what a provider sends."""
     try:
         return call()
     except NspecError:
         raise
     except Exception as exc:
         mapped = mapper(exc)
+        if objects and isinstance(mapped, ModelNotFound):
+            raise Gone(
+                provider,
+                f"{provider} {what}: not found (404): the provider has no such object (it may be past its retention)",
+            ) from None
         if mapped is not None:
             raise mapped from None
         if isinstance(exc, DATA_ERRORS):
@@ -453,6 +467,10 @@ def not_text(custom_id: str, reason: NotText) -> Outcome:
 
 
 _STATUSES = ("ok", "error", "expired", "cancelled")
+# The longest answer taken: more characters than any model's output limit writes (128K tokens are about 0.5 MB).
+MAX_ANSWER_CHARS = 4_000_000
+# The longest line of a result file read: a longer one is read past in pieces, never held, and is a bad line.
+MAX_LINE_BYTES = 32 * 1024 * 1024
 
 
 def checked(outcome: Outcome) -> Outcome:
@@ -464,6 +482,8 @@ def checked(outcome: Outcome) -> Outcome:
         raise ValueError(f"status {outcome.status!r:.40}")
     if outcome.text is not None and not isinstance(outcome.text, str):
         raise TypeError(f"the answer is a {type(outcome.text).__name__}, not text")
+    if outcome.text is not None and len(outcome.text) > MAX_ANSWER_CHARS:
+        raise ValueError(f"the answer has {len(outcome.text):,} characters, more than any model writes")
     if outcome.finish_reason is not None and not isinstance(outcome.finish_reason, str):
         raise TypeError(f"the finish reason is {outcome.finish_reason!r:.40}")
     if outcome.error is not None and not isinstance(outcome.error, dict):
@@ -509,8 +529,9 @@ def stream_lines(
     fetch: Callable[[Path], None], folder: Path, name: str, parse: Callable[[Mapping[str, Any]], Outcome]
 ) -> Iterator[Outcome | BadLine]:
     """Download to a file first (a cut-off download raises and leaves nothing half-read), then parse it a line at a
-    time as untrusted input: a line that is not a well-formed result is a `BadLine` and the download is then kept as
-    ``folder/<name>.jsonl``; the other lines are read on."""
+    time as untrusted input: a line that is not a well-formed result (or longer than `MAX_LINE_BYTES`) is a `BadLine`
+    and the download is then kept, with the keys nspec sent cut out, as ``folder/<name>.jsonl``; the other lines are
+    read on."""
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", name).lstrip(".") or "download"  # a file name, whatever the id held
     part, kept = folder / f".{name}.part", folder / f"{name}.jsonl"
@@ -518,16 +539,35 @@ def stream_lines(
     try:
         fetch(part)
         with open(part, "rb") as fh:
-            for number, raw in enumerate(fh, 1):
+            for number, (raw, whole) in enumerate(_lines(fh), 1):
                 if not raw.strip():
                     continue
-                parsed = parse_line(raw, parse)
+                parsed = parse_line(raw, parse) if whole else f"a line longer than {MAX_LINE_BYTES:,} bytes"
                 if isinstance(parsed, Outcome):
                     yield parsed
                     continue
                 bad = True
                 yield BadLine(readable_id(raw), number, parsed, kept)
         if bad:
-            part.replace(kept)
+            _keep(part, kept)
     finally:
         part.unlink(missing_ok=True)
+
+
+def _lines(fh: Any) -> Iterator[tuple[bytes, bool]]:
+    """Each line of ``fh`` and whether it is whole: one longer than `MAX_LINE_BYTES` is cut there, its rest read
+    past in pieces."""
+    while line := fh.readline(MAX_LINE_BYTES):
+        whole = len(line) < MAX_LINE_BYTES or line.endswith(b"\n")
+        while not whole and (rest := fh.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+            pass
+        yield line, whole
+
+
+def _keep(part: Path, kept: Path) -> None:
+    """A copy of a download with bad lines, for whoever wants to look: the keys nspec sent cut out (a gateway may
+    echo them), each line at most `MAX_LINE_BYTES`."""
+    with open(part, "rb") as src, open(kept, "wb") as out:
+        for raw, whole in _lines(src):
+            text = redact(raw.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            out.write(text if whole else text + b"\n")

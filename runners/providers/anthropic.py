@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +32,7 @@ from nspec.providers import (
     RateHeaders,
     Reasoning,
     ShardLimits,
+    counted,
     model_name,
     provider_id,
 )
@@ -55,6 +55,7 @@ from nspec.runners.providers import (
     stream_lines,
 )
 from nspec.runners.providers.anthropic_models import API_VERSION, PARAMS, SAMPLING, family, refusals, thinking_tokens
+from nspec.runners.providers.pacing import http_client, http_module
 
 # What count_tokens takes of a Messages request (docs.anthropic.com, "Count Message tokens"): the rest of a request
 # (max_tokens, temperature, ...) makes no input tokens.
@@ -129,6 +130,8 @@ def parse_result(line: Mapping[str, Any]) -> Outcome:
             retryable=err.get("type") not in _FINAL,
             error={"code": err.get("type"), "message": err.get("message")},
         )
+    if kind not in ("expired", "canceled"):
+        raise ValueError(f"a result of type {kind!r:.40}")  # not a result this API writes: a bad line
     return Outcome(custom_id, "expired" if kind == "expired" else "cancelled", error={"code": kind, "message": None})
 
 
@@ -296,20 +299,15 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     return None
 
 
-def _http_response_type() -> Any:
-    """The HTTP library's response class the SDK hands back raw when asked for it (`httpx2` from SDK 2.x, `httpx`
-    before): a result file is then streamed to disk as its bytes arrive, unparsed."""
-    base = importlib.import_module("anthropic._base_client")
-    return (getattr(base, "httpx2", None) or base.httpx).Response
-
-
 def _client(creds: Credentials, retries: int, kind: str) -> Any:
     """The SDK's client (``kind``: Anthropic or AsyncAnthropic) for these credentials. It sends the API version
     whose rules `validate` checks (`anthropic_models.API_VERSION`), whatever the installed SDK's default."""
-    return getattr(sdk("anthropic", "anthropic"), kind)(
+    anthropic = sdk("anthropic", "anthropic")
+    return getattr(anthropic, kind)(
         api_key=creds.api_key,
         base_url=creds.base_url,
         max_retries=retries,
+        http_client=http_client(anthropic, kind.startswith("Async")),
         default_headers={**creds.headers, "anthropic-version": API_VERSION},
         default_query=dict(creds.query),
     )
@@ -348,8 +346,8 @@ class AnthropicBatches:
         self.creds = creds
         self.client = _client(creds, sdk_retries(), "Anthropic")
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        return guard("anthropic", what, lambda exc: _error(self.creds, what, exc), call)
+    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
+        return guard("anthropic", what, lambda exc: _error(self.creds, what, exc), call, objects)
 
     def upload(self, shard: Path) -> str:
         return ""  # nothing to upload: the shard's lines go into the create call
@@ -366,7 +364,7 @@ class AnthropicBatches:
             batch = self.client.post("/v1/messages/batches", cast_to=batch_type, content=body, options=options)
             return provider_id(batch.id, "batch id")
 
-        return str(self._call("message batches", call))
+        return str(self._call("message batches", call, objects=False))
 
     def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
         """Anthropic batches carry no metadata: candidates are batches created after the recorded intent (less a
@@ -380,7 +378,7 @@ class AnthropicBatches:
                 if created < after - 60:
                     break
                 c = batch.request_counts
-                if c.processing + c.succeeded + c.errored + c.canceled + c.expired == wanted:
+                if counted(c.processing, c.succeeded, c.errored, c.canceled, c.expired) == wanted:
                     found.append((provider_id(batch.id, "batch id"), created))
             return found
 
@@ -390,8 +388,10 @@ class AnthropicBatches:
         def call() -> BatchView:
             b = self.client.messages.batches.retrieve(batch_id)
             c = b.request_counts
-            total = c.processing + c.succeeded + c.errored + c.canceled + c.expired
-            return BatchView(b.id, b.processing_status, b.processing_status == "ended", total - c.processing, total)
+            done = counted(c.succeeded, c.errored, c.canceled, c.expired)
+            return BatchView(
+                b.id, b.processing_status, b.processing_status == "ended", done, done + counted(c.processing)
+            )
 
         view: BatchView = self._call("message batches", call)
         return view
@@ -408,7 +408,7 @@ class AnthropicBatches:
         def call() -> None:
             response = self.client.get(
                 f"/v1/messages/batches/{batch_id}/results",
-                cast_to=_http_response_type(),
+                cast_to=http_module(sdk("anthropic", "anthropic")).Response,
                 options={"headers": {"Accept": "application/binary"}},
                 stream=True,
             )

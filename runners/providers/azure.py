@@ -25,6 +25,7 @@ from nspec.errors import ProviderError
 from nspec.providers import Credentials, ShardLimits, model_name
 from nspec.runners.providers import Clients, sdk, sdk_retries
 from nspec.runners.providers.openai import ENDPOINTS, OpenAI, OpenAIBatches, OpenAILive
+from nspec.runners.providers.pacing import http_client
 
 DEFAULT_API_VERSION = "2025-04-01-preview"
 # How Azure's batch lines name their endpoint: without OpenAI's /v1.
@@ -80,6 +81,7 @@ def _azure_client(provider: str, creds: Credentials, retries: int, is_async: boo
         azure_endpoint=creds.base_url,
         api_version=creds.options.get("api_version", DEFAULT_API_VERSION),
         max_retries=retries,
+        http_client=http_client(openai, is_async),
         default_headers=dict(creds.headers),
         default_query=dict(creds.query),
     )

@@ -345,8 +345,8 @@ class GoogleBatches:
         self.creating = _client(creds, 1)
         self.types = importlib.import_module("google.genai.types")
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        return guard("google", what, lambda exc: _error(self.creds, what, exc), call)
+    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
+        return guard("google", what, lambda exc: _error(self.creds, what, exc), call, objects)
 
     def upload(self, shard: Path) -> str:
         config = self.types.UploadFileConfig(mime_type="application/jsonl", display_name=shard.name)
@@ -363,7 +363,9 @@ class GoogleBatches:
         config = self.types.CreateBatchJobConfig(display_name=_display_name(metadata))
         create = self.creating.batches.create
         return str(
-            self._call(model, lambda: provider_id(create(model=model, src=file_id, config=config).name, "batch id"))
+            self._call(
+                model, lambda: provider_id(create(model=model, src=file_id, config=config).name, "batch id"), False
+            )
         )
 
     def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.errors import NspecError
-from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, model_name, provider_id
+from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, counted, model_name, provider_id
 from nspec.runners.providers import (
     ChatBodyLines,
     chat_messages,
@@ -176,8 +176,8 @@ class MistralBatches:
         self.client = _client(creds, sdk_retries())
         self.creating = _client(creds, 0)
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        return guard("mistral", what, lambda exc: _error(self.creds, what, exc), call)
+    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
+        return guard("mistral", what, lambda exc: _error(self.creds, what, exc), call, objects)
 
     def upload(self, shard: Path) -> str:
         with open(shard, "rb") as fh:
@@ -196,7 +196,7 @@ class MistralBatches:
             job = create(input_files=[file_id], model=model, endpoint=CHAT, metadata=metadata, timeout_hours=24)
             return provider_id(job.id, "batch id")
 
-        return str(self._call(model, call))
+        return str(self._call(model, call, objects=False))
 
     def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
         """Jobs carrying exactly this metadata, created after ``after`` (Unix seconds) less five minutes of clock
@@ -217,8 +217,8 @@ class MistralBatches:
         def call() -> BatchView:
             job = self.client.batch.jobs.get(job_id=batch_id)
             files = tuple(f for f in (job.output_file, job.error_file) if f)
-            done = job.succeeded_requests + job.failed_requests
-            return BatchView(job.id, str(job.status), job.status in _ENDED, done, job.total_requests, files)
+            done = counted(job.succeeded_requests, job.failed_requests)
+            return BatchView(job.id, str(job.status), job.status in _ENDED, done, counted(job.total_requests), files)
 
         view: BatchView = self._call("batches", call)
         return view

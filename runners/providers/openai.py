@@ -38,6 +38,7 @@ from nspec.providers import (
     RateHeaders,
     Reasoning,
     ShardLimits,
+    counted,
     model_name,
     provider_id,
 )
@@ -70,6 +71,7 @@ from nspec.runners.providers.openai_models import (
     refusals,
     rule,
 )
+from nspec.runners.providers.pacing import http_client
 
 # The model families whose tokenizer is known: o200k_base (checked first), then cl100k_base.
 _O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "codex-mini")
@@ -446,6 +448,7 @@ def _client(provider: str, creds: Credentials, retries: int, is_async: bool) -> 
         api_key=creds.api_key,
         base_url=creds.base_url,
         max_retries=retries,
+        http_client=http_client(openai, is_async),
         default_headers=dict(creds.headers),
         default_query=dict(creds.query),
         **({"timeout": float(creds.options["timeout"])} if "timeout" in creds.options else {}),
@@ -462,8 +465,8 @@ class OpenAIBatches:
         self.provider, self.creds = provider, creds
         self.client = _client(provider, creds, sdk_retries(), False)
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        return guard(self.provider, what, lambda exc: _error(self.provider, self.creds, what, exc), call)
+    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
+        return guard(self.provider, what, lambda exc: _error(self.provider, self.creds, what, exc), call, objects)
 
     def upload(self, shard: Path) -> str:
         with open(shard, "rb") as fh:
@@ -484,7 +487,7 @@ class OpenAIBatches:
             batch = create(input_file_id=file_id, endpoint=endpoint, completion_window=window, metadata=metadata)
             return provider_id(batch.id, "batch id")
 
-        return str(self._call("batches", call))
+        return str(self._call("batches", call, objects=False))
 
     def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
         """Batches carrying exactly this metadata, created after ``after`` (Unix seconds) less five minutes of clock
@@ -507,10 +510,10 @@ class OpenAIBatches:
         def call() -> BatchView:
             b = self.client.batches.retrieve(batch_id)
             counts = b.request_counts
-            done = (counts.completed + counts.failed) if counts else 0
+            done = counted(getattr(counts, "completed", 0), getattr(counts, "failed", 0))
             files = tuple(f for f in (b.output_file_id, b.error_file_id) if f)
             ended = b.status in ("completed", "failed", "expired", "cancelled")
-            return BatchView(b.id, b.status, ended, done, counts.total if counts else 0, files)
+            return BatchView(b.id, b.status, ended, done, counted(getattr(counts, "total", 0)), files)
 
         view: BatchView = self._call("batches", call)
         return view

@@ -40,6 +40,7 @@ from nspec.runners.providers import (
     stream_lines,
 )
 from nspec.runners.providers.openai import parse_result as parse_openai_line
+from nspec.runners.providers.pacing import http_client
 
 INSTALL_HINT = "pip install 'needlespec[together]'"
 CHAT = "/v1/chat/completions"
@@ -144,6 +145,7 @@ def _client(creds: Credentials, retries: int, is_async: bool) -> Any:
         api_key=creds.api_key,
         base_url=creds.base_url,
         max_retries=retries,
+        http_client=http_client(together, is_async),
         default_headers=dict(creds.headers),
         default_query=dict(creds.query),
     )
@@ -170,8 +172,8 @@ class TogetherBatches:
         self.creds = creds
         self.client = _client(creds, sdk_retries(), False)
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        return guard("together", what, lambda exc: _error(self.creds, what, exc), call)
+    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
+        return guard("together", what, lambda exc: _error(self.creds, what, exc), call, objects)
 
     def upload(self, shard: Path) -> str:
         # The server validates the lines; the SDK's own check is for fine-tuning data.
@@ -187,7 +189,9 @@ class TogetherBatches:
         # (`find`) instead of paying for a second one.
         create = self.client.with_options(max_retries=0).batches.create
         return str(
-            self._call(model, lambda: provider_id(create(input_file_id=file_id, endpoint=CHAT).job.id, "batch id"))
+            self._call(
+                model, lambda: provider_id(create(input_file_id=file_id, endpoint=CHAT).job.id, "batch id"), False
+            )
         )
 
     def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
@@ -209,7 +213,8 @@ class TogetherBatches:
             job = self.client.batches.retrieve(batch_id)
             files = tuple(f for f in (job.output_file_id, job.error_file_id) if f)
             status = str(job.status or "VALIDATING")
-            return BatchView(job.id, status, status in _ENDED, round(job.progress or 0), 100, files)
+            progress = job.progress if isinstance(job.progress, int | float) and 0 <= job.progress <= 100 else 0
+            return BatchView(job.id, status, status in _ENDED, round(progress), 100, files)
 
         view: BatchView = self._call("batches", call)
         return view

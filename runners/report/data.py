@@ -23,7 +23,7 @@ from nspec.providers import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
-from nspec.runners.rundir import LineIndex, Run, shard_lines
+from nspec.runners.rundir import LineIndex, Run, checked_result, shard_lines
 
 CELL_POINTS = 5000  # per model: more answers than this are not kept as chart points (the heatmap counts all)
 EXCERPT_CHARACTERS = 500  # of context shown before and after a needle in the cell browser
@@ -50,7 +50,7 @@ class Joined:
 def joined(run: Run) -> Iterator[Joined]:
     """Every cell of ``run`` in order, with its result, score and compiled request line."""
     requests = {m.label: _requests(run, [s["file"] for s in m.shards]) for m in run.models()}
-    with LineIndex(run.paths.results("answers")) as results, LineIndex(run.paths.scores) as scores:
+    with LineIndex(run.paths.results("answers"), checked_result) as results, LineIndex(run.paths.scores) as scores:
         for cell in run.cells():
             cid = cell["cell_id"]
             request = next((line for found, line in requests[cell["model"]] if found == cid), None)
