@@ -248,6 +248,8 @@ class _Measured:
 
 def _unscale(tokenizer: Tokenizer, tokens: int) -> int:
     """The most of the tokenizer's own tokens that make at most ``tokens`` model tokens."""
+    if tokens >= 0 and tokenizer.scale(tokens) <= tokens < tokenizer.scale(tokens + 1):
+        return tokens  # an exact tokenizer's scale is the identity: no search
     low, high = 0, max(1, tokens) * 16
     while low < high:
         mid = (low + high + 1) // 2
@@ -380,7 +382,4 @@ def _head(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
         m = next((m for m in _CLEAN_IN_TEXT.finditer(data, 1, min(len(data), 256)) if m.start() > 0), None)
         return (data[: m.start()] if m else data).decode()
     a, b = piece
-    k = a + 1
-    while k < b and not tt.clean(k):
-        k += 1
-    return tt.text(a, k)
+    return tt.text(a, tt.next("clean", a + 1, b))
