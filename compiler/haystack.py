@@ -425,8 +425,8 @@ class TokenizedText:
         return b"\0" + self.data
 
     def _flags_at(self, first: int, end: int, may: re.Pattern[bytes], check: Callable[[int], bool]) -> bytes:
-        """``check`` for tokens [first, end), asked only at the text's ends and where ``may`` finds a place it
-        can hold."""
+        """``check`` for tokens [first, end), asked only at the block's ends and at the end of each match of ``may``
+        (a place it can hold)."""
         flags = bytearray(end - first)
         low, high = self.starts[first], self.starts[end - 1]
         candidates = [m.end() for m in may.finditer(self.data, max(0, low - 1), high + 1)]
