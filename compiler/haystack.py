@@ -440,7 +440,11 @@ class TokenizedText:
         return bisect_right(self.starts, pos) - 1
 
     def text(self, a: int, b: int) -> str:
-        return self.data[self.starts[a] : self.starts[b]].decode("utf-8")
+        return str(self._view[self.starts[a] : self.starts[b]], "utf-8")  # decoded in place, not copied first
+
+    @functools.cached_property
+    def _view(self) -> memoryview:
+        return memoryview(self.data)
 
 
 def sentence_ends_at(data: bytes, j: int) -> bool:
