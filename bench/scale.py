@@ -5,7 +5,10 @@ each in its own process, so its peak memory (max RSS) is its own; the emulator r
 Printed per size and mode: wall time and peak RSS of every stage and of the emulator, batches made and HTTP calls per
 batch. Then the ledger's rate of recording final states, in groups and one commit each.
 
-Run: .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--modes batch,live]
+With --whole, the stages are one: `nspec run --wait SPEC` (compile, submit, collect, score and report in one process),
+and its peak RSS is the one printed.
+
+Run: .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--modes batch,live] [--whole]
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ def stage(args: list[str], env: dict[str, str], folder: Path) -> tuple[int, floa
 
 def _errors(args: list[str]) -> str:
     """What the requests that ended without an answer ended with, when a stage says some did."""
-    results = Path(args[-1]) / "answers" / "results.jsonl"
-    if not results.is_file():
+    results = next(Path(args[-1]).glob("**/answers/results.jsonl"), None)
+    if results is None:
         return ""
     codes: dict[str, int] = {}
     with open(results) as fh:
@@ -96,7 +99,7 @@ def _errors(args: list[str]) -> str:
     return "".join(f"\n  {n} x {key}" for key, n in sorted(codes.items(), key=lambda kv: -kv[1]))
 
 
-def one_run(folder: Path, size: int, mode: str) -> dict:
+def one_run(folder: Path, size: int, mode: str, whole: bool) -> dict:
     config = folder / "emulator.json"
     config.write_text(json.dumps(EMULATOR_CONFIG))
     server = subprocess.Popen(
@@ -109,18 +112,23 @@ def one_run(folder: Path, size: int, mode: str) -> dict:
     try:
         spec = folder / f"scale-{mode}-{size}.yaml"
         spec.write_text(SPEC.format(mode=mode, size=size, trials=max(1, size // CELLS_PER_TRIAL), url=url))
-        _, wall, cpu, rss, out = stage(["compile", str(spec), "--out", str(folder / "out")], env, folder)
-        run = out.strip().splitlines()[-1]
-        stages["compile"] = (wall, cpu, rss)
-        _, wall, cpu, rss, _ = stage(["submit", run], env, folder)
-        stages["submit"] = (wall, cpu, rss)
-        # The wall time includes waiting for the emulator to answer (polling with the spec's backoff); the CPU
-        # time is nspec's own.
-        _, wall, cpu, rss, _ = stage(["collect", "--wait", run], env, folder)
-        stages["collect"] = (wall, cpu, rss)
-        for name in ("score", "report"):
-            _, wall, cpu, rss, _ = stage([name, run], env, folder)
-            stages[name] = (wall, cpu, rss)
+        if whole:
+            _, wall, cpu, rss, _ = stage(["run", "--wait", str(spec), "--out", str(folder / "out")], env, folder)
+            stages["run --wait"] = (wall, cpu, rss)
+            run = str(next((folder / "out").glob("*/*/manifest.json")).parent)
+        else:
+            _, wall, cpu, rss, out = stage(["compile", str(spec), "--out", str(folder / "out")], env, folder)
+            run = out.strip().splitlines()[-1]
+            stages["compile"] = (wall, cpu, rss)
+            _, wall, cpu, rss, _ = stage(["submit", run], env, folder)
+            stages["submit"] = (wall, cpu, rss)
+            # The wall time includes waiting for the emulator to answer (polling with the spec's backoff); the CPU
+            # time is nspec's own.
+            _, wall, cpu, rss, _ = stage(["collect", "--wait", run], env, folder)
+            stages["collect"] = (wall, cpu, rss)
+            for name in ("score", "report"):
+                _, wall, cpu, rss, _ = stage([name, run], env, folder)
+                stages[name] = (wall, cpu, rss)
     finally:
         server.stdin.close()
         emulator = json.loads(server.stdout.read().strip().splitlines()[-1])
@@ -162,18 +170,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--modes", default="batch,live")
+    parser.add_argument("--whole", action="store_true", help="one stage: nspec run --wait")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve)
         return
-    names = ("compile", "submit", "collect", "score", "report")
+    names = ("run --wait",) if args.whole else ("compile", "submit", "collect", "score", "report")
     print("per stage: wall seconds / CPU seconds / peak RSS")
     print(f"{'run':>14}  " + "  ".join(f"{n:>21}" for n in names) + f"  {'emulator':>9}  batches  calls/batch")
     for size in (int(s) for s in args.sizes.split(",")):
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as tmp:
-                r = one_run(Path(tmp), size, mode)
+                r = one_run(Path(tmp), size, mode, args.whole)
             cells = "  ".join(f"{w:6.1f}s {c:5.1f}s {m:4.0f}MB" for w, c, m in (r["stages"][n] for n in names))
             per_batch = f"{r['emulator']['calls'] / r['batches']:.1f}" if mode == "batch" else "-"
             print(

@@ -158,6 +158,12 @@ class _Fit:
 
     def build(self, begin: int, end: int) -> tuple[BuiltContext, int]:
         """The context of haystack tokens [begin, end) with the inserts, and its total in model tokens."""
+        measured = self.measure(begin, end)
+        return measured.context(self.tt, self.parts), measured.total
+
+    def measure(self, begin: int, end: int) -> _Measured:
+        """The context of haystack tokens [begin, end) with the inserts, counted; its text is made only for the one
+        a search keeps."""
         tt, tokenizer, parts = self.tt, self.tokenizer, self.parts
         positions = place(tt, begin, end, self.inserts, self.sizes, self.stack_separator is None)
         pieces, depths = assemble_at(
@@ -165,25 +171,25 @@ class _Fit:
         )
         user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
         total = tokenizer.scale(self.fixed + user_tokens)
-        user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
         hay = user_tokens - tokenizer.own_count(parts.prefix) - tokenizer.own_count(parts.suffix)
         first = min(positions, default=end)
-        return BuiltContext(user, total, hay, depths, (begin, end), self.fixed + user_tokens, first), total
+        return _Measured(pieces, total, hay, depths, (begin, end), self.fixed + user_tokens, first)
 
     def moving_end(self, begin: int, end: int, mode: str) -> BuiltContext:
-        best: BuiltContext | None = None
+        best: _Measured | None = None
         for _ in range(24):
-            built, total = self.build(begin, end)
+            measured = self.measure(begin, end)
+            total = measured.total
             if total <= self.goal:
-                best = built
+                best = measured
                 grown = self.tt.last(
                     mode, min(self.tt.n_tokens, end + _unscale(self.tokenizer, self.goal - total)), end
                 )
                 if grown <= end:
-                    return best
+                    return self._done(best)
                 end = grown  # room is left: try the next cut point further on
             elif best is not None:
-                return best  # growing went one cut too far
+                return self._done(best)  # growing went one cut too far
             elif end <= begin:
                 break
             else:
@@ -191,31 +197,59 @@ class _Fit:
         return self._done(best)
 
     def moving_start(self, begin: int, end: int, floor: int) -> BuiltContext:
-        best: BuiltContext | None = None
+        best: _Measured | None = None
         for _ in range(24):
-            built, total = self.build(begin, end)
+            measured = self.measure(begin, end)
+            total = measured.total
             if total <= self.goal:
-                best = built
+                best = measured
                 earlier = self.tt.next("clean", max(floor, begin - _unscale(self.tokenizer, self.goal - total)), begin)
                 if earlier >= begin:
-                    return best
+                    return self._done(best)
                 begin = earlier  # room is left: start at an earlier cut point
             elif best is not None:
-                return best
+                return self._done(best)
             elif begin >= end:
                 break
             else:
                 begin = self.tt.next("clean", min(end, begin + _unscale(self.tokenizer, total - self.goal) + 1), end)
         return self._done(best)
 
-    def _done(self, best: BuiltContext | None) -> BuiltContext:
+    def _done(self, best: _Measured | None) -> BuiltContext:
         if best is None:
             raise FitError(f"cannot fit the request into {self.target} tokens")
-        return best
+        return best.context(self.tt, self.parts)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A context as a fit measures it: its pieces, not yet joined into text."""
+
+    pieces: list[str | tuple[int, int]]
+    total: int
+    haystack_tokens: int
+    depths: tuple[float, ...]
+    span: tuple[int, int]
+    own_tokens: int
+    first_insert: int
+
+    def context(self, tt: TokenizedText, parts: PromptParts) -> BuiltContext:
+        texts = (p if isinstance(p, str) else tt.text(*p) for p in self.pieces)
+        return BuiltContext(
+            "".join([parts.prefix, *texts, parts.suffix]),
+            self.total,
+            self.haystack_tokens,
+            self.depths,
+            self.span,
+            self.own_tokens,
+            self.first_insert,
+        )
 
 
 def _unscale(tokenizer: Tokenizer, tokens: int) -> int:
     """The most of the tokenizer's own tokens that make at most ``tokens`` model tokens."""
+    if tokens >= 0 and tokenizer.scale(tokens) <= tokens < tokenizer.scale(tokens + 1):
+        return tokens  # an exact tokenizer's scale is the identity: no search
     low, high = 0, max(1, tokens) * 16
     while low < high:
         mid = (low + high + 1) // 2
@@ -348,7 +382,4 @@ def _head(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
         m = next((m for m in _CLEAN_IN_TEXT.finditer(data, 1, min(len(data), 256)) if m.start() > 0), None)
         return (data[: m.start()] if m else data).decode()
     a, b = piece
-    k = a + 1
-    while k < b and not tt.clean(k):
-        k += 1
-    return tt.text(a, k)
+    return tt.text(a, tt.next("clean", a + 1, b))

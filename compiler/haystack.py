@@ -10,6 +10,7 @@ after a newline (`\n|Next`). No piece of either pattern can span them.
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import hashlib
 import itertools
@@ -19,7 +20,7 @@ import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -331,9 +332,11 @@ class SourceUse:
 
 
 _BLOCK = 1024  # tokens whose cut points are worked out together
-# Where `TokenizedText.boundary` can hold in a text: after a line break, or at a space after a printable mark that may
-# end a sentence (a clean cut needs a printable byte before a space).
-_MAY_START_SENTENCE = re.compile(rb"(?<=\n)|(?<=[" + re.escape(_SENTENCE_END + _CLOSERS) + rb"]) ")
+# Where `TokenizedText.boundary` can hold inside a text, as the end of a one-byte match: at a space after a mark that
+# may end a sentence (a clean cut needs a printable byte before a space), or after a line break at a capital, or at
+# any letter or digit when the line before is blank (a clean cut after a line break needs one). The pattern starts
+# with a byte, not a look-behind, so the search skips to the bytes it can start with.
+_MAY_START_SENTENCE = re.compile(rb"[" + re.escape(_SENTENCE_END + _CLOSERS) + rb"](?= )|\n(?=[A-Z]|(?<=\n\n)[a-z0-9])")
 
 
 class TokenizedText:
@@ -429,31 +432,30 @@ class TokenizedText:
         return flags
 
     def _clean_flags(self, first: int, end: int) -> bytes:
-        """`clean` for tokens [first, end): each token's first byte and the byte before it looked up as a pair in
-        `_CLEAN_PAIRS`, in C-level loops (most tokens of a text are clean: there is nothing to skip)."""
+        """`clean` for tokens [first, end): each token's first byte and the byte before it, gathered for the block in
+        one C-level call each, then tested a block at a time as bit masks (see `is_clean`); most tokens of a text
+        are clean, so there is nothing to skip."""
         inner_first, inner_end = max(first, 1), min(end, self.n_tokens)  # the text's ends are clean
         flags = bytearray(b"\x01" * (end - first))
         if inner_first < inner_end:
-            here = self.starts[inner_first:inner_end]
-            data = self.data
-            pairs = map(
-                operator.or_,
-                map(
-                    operator.lshift,
-                    map(data.__getitem__, map(operator.sub, here, itertools.repeat(1))),
-                    itertools.repeat(8),
-                ),
-                map(data.__getitem__, here),
-            )
-            flags[inner_first - first : inner_end - first] = bytes(map(_CLEAN_PAIRS.__getitem__, pairs))
+            at_starts = _picker(self.starts[inner_first:inner_end])
+            after, before = at_starts(self.data), at_starts(self._shifted)
+            spaced = _mask(after, _IS_SPACE) & _mask(before, _IS_PRINTABLE)
+            line_start = _mask(before, _IS_NEWLINE) & _mask(after, _IS_ALNUM)
+            flags[inner_first - first : inner_end - first] = (spaced | line_start).to_bytes(inner_end - inner_first)
         return bytes(flags)
 
+    @functools.cached_property
+    def _shifted(self) -> bytes:
+        """The text one byte later: its byte ``k`` is the text's byte ``k - 1``."""
+        return b"\0" + self.data
+
     def _flags_at(self, first: int, end: int, may: re.Pattern[bytes], check: Callable[[int], bool]) -> bytes:
-        """``check`` for tokens [first, end), asked only at the text's ends and where ``may`` finds a place it
-        can hold."""
+        """``check`` for tokens [first, end), asked only at the block's ends and at the end of each match of ``may``
+        (a place it can hold)."""
         flags = bytearray(end - first)
         low, high = self.starts[first], self.starts[end - 1]
-        candidates = [m.start() for m in may.finditer(self.data, max(1, low), high + 1)]
+        candidates = [m.end() for m in may.finditer(self.data, max(0, low - 1), high + 1)]
         for pos in [low, high, *candidates]:
             k = bisect_left(self.starts, pos, first, end)
             if k < end and self.starts[k] == pos and check(k):
@@ -464,7 +466,11 @@ class TokenizedText:
         return bisect_right(self.starts, pos) - 1
 
     def text(self, a: int, b: int) -> str:
-        return self.data[self.starts[a] : self.starts[b]].decode("utf-8")
+        return str(self._view[self.starts[a] : self.starts[b]], "utf-8")  # decoded in place, not copied first
+
+    @functools.cached_property
+    def _view(self) -> memoryview:
+        return memoryview(self.data)
 
 
 def sentence_ends_at(data: bytes, j: int) -> bool:
@@ -498,8 +504,29 @@ def _is_clean_pair(prev: int, here: int) -> bool:
     return (here == 0x20 and 0x21 <= prev <= 0x7E) or (prev == 0x0A and here in _ALNUM)
 
 
-# `is_clean` for every pair of bytes (the one before a cut, the one after), indexed by prev << 8 | here.
-_CLEAN_PAIRS = bytes(_is_clean_pair(prev, here) for prev in range(256) for here in range(256))
+def _byte_table(members: Iterable[int]) -> bytes:
+    """A `bytes.translate` table: 1 for the byte values in ``members``, 0 for the others."""
+    chosen = set(members)
+    return bytes(b in chosen for b in range(256))
+
+
+# The sides of a clean cut point (`_is_clean_pair`), as tables.
+_IS_SPACE, _IS_PRINTABLE = _byte_table(b" "), _byte_table(range(0x21, 0x7F))
+_IS_NEWLINE, _IS_ALNUM = _byte_table(b"\n"), _byte_table(_ALNUM)
+
+
+def _picker(positions: Sequence[int]) -> Callable[[bytes], bytes]:
+    """A function giving the bytes of a text at ``positions`` (at least one), in one C-level call."""
+    get = operator.itemgetter(*positions)
+    if len(positions) == 1:
+        return lambda data: bytes((get(data),))
+    return lambda data: bytes(get(data))
+
+
+def _mask(data: bytes, table: bytes) -> int:
+    """``table`` applied to each byte of ``data`` (0 or 1 each), as one integer: tests of a block combine with & and
+    |, and `int.to_bytes` gives back one flag byte per byte."""
+    return int.from_bytes(data.translate(table))
 
 
 def is_clean(data: bytes, pos: int) -> bool:

