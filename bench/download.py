@@ -63,6 +63,7 @@ def serve(folder: str, megabytes: int) -> None:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: object) -> None:
             pass

@@ -193,7 +193,7 @@ class LiveCaller:
         request), other transient failures use one each. None when the model was closed for this run (see the
         module's doc): the request is left pending. A refusal (a wrong key, an unknown model) raises: nothing more is
         sent for the model, and nothing is recorded as the request's answer."""
-        failures = 0
+        failures = waits = 0  # this request's: its backoff grows with them (the streaks are the model's)
         while self.closed is None:
             check_admissible(request, self.limiter.token_limit)
             await self.limiter.acquire(request.tokens)
@@ -223,6 +223,7 @@ class LiveCaller:
             if limited:
                 self.rate_limited += 1
                 self.rate_streak += 1
+                waits += 1
                 if wait is not None and wait > RETRY_AFTER_CAP:
                     self.closed = (
                         f"{request.model}: rate limited, and asked to wait {wait:,.0f}s, more than a run waits "
@@ -244,8 +245,7 @@ class LiveCaller:
                     return outcome
             if self.closed is not None:
                 break
-            streak = self.rate_streak if limited else failures
-            pause = wait if wait is not None else min(self.backoff_max, self.backoff * 2**streak)
+            pause = wait if wait is not None else min(self.backoff_max, self.backoff * 2 ** (failures + waits))
             pause *= 1 + 0.25 * random.random()  # jitter spreads the herd
             self._say(request.model, pause, "rate limited (429)" if limited else f"{outcome.error}")
             await asyncio.sleep(pause)

@@ -291,7 +291,9 @@ def run(
     def left() -> float | None:
         return None if max_wait is None else max(0.0, max_wait - (time.monotonic() - started))
 
-    _give_back_memory()
+    large = sum(m["requests"] for m in Run(path).manifest["models"]) >= LARGE_RUN
+    if large:
+        _give_back_memory()
     with _lock(path, wait_lock, events):
         if retry_errors:
             for stage in stages(Run(path)):
@@ -307,8 +309,14 @@ def run(
         scored = score(path, wait, events, max_wait=left())
         if scored.pending:
             return Ran(path, sent, got, scored)
-        _give_back_memory()
+        if large:
+            _give_back_memory()
         return Ran(path, sent, got, scored, report([path]))
+
+
+# Requests from which a run gives back memory between its stages: below it, the peak is small anyway, and dropping
+# the tokenizer would only cost the next compile its loading again.
+LARGE_RUN = 1000
 
 
 def _give_back_memory() -> None:

@@ -72,6 +72,7 @@ class Hostile:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes: no waiting on delayed ACKs
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -105,7 +106,7 @@ class Hostile:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
