@@ -2,9 +2,9 @@
 
 A stand-in for OpenAI's files and batches API, in a process of its own, serves a batch that has ended with an output
 file of the given size (the run's own results among lines of other requests, as a shared output could hold), read
-from disk as it is sent. `nspec run --wait` collects it in a process of its own; its peak RSS (max RSS of that
-process) is printed beside the file's size. nspec streams the file to disk and parses it a line at a time, so the
-peak should not grow with the file.
+from disk as it is sent. The run is compiled and submitted, then `nspec collect` downloads and parses the file in a
+process of its own; its peak RSS (max RSS of that process) is printed beside the file's size. nspec streams the file
+to disk and parses it a line at a time, so the peak should not grow with the file.
 
 Run: .venv/bin/python bench/download.py [--mb 600]
 """
@@ -159,22 +159,28 @@ def main() -> None:
             spec = Path(folder) / "spec.yaml"
             spec.write_text(SPEC.format(url=url))
             env = {**os.environ, "OPENAI_API_KEY": "bench-key"}
-            started = time.monotonic()
-            nspec = subprocess.Popen(
-                [sys.executable, "-m", "nspec", "run", str(spec), "--wait", "-o", str(Path(folder) / "out")],
+            nspec = [sys.executable, "-m", "nspec"]
+            compiled = subprocess.run(
+                [*nspec, "compile", str(spec), "-o", str(Path(folder) / "out")],
                 env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                capture_output=True,
                 text=True,
+                check=True,
             )
-            _, status, usage = os.wait4(nspec.pid, 0)
+            run = compiled.stdout.strip().splitlines()[-1]
+            subprocess.run([*nspec, "submit", run], env=env, capture_output=True, text=True)
+            started = time.monotonic()
+            collect = subprocess.Popen(
+                [*nspec, "collect", run], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+            _, status, usage = os.wait4(collect.pid, 0)
             seconds = time.monotonic() - started
             if os.waitstatus_to_exitcode(status) != 0:
-                sys.exit(f"nspec run failed: {nspec.stderr.read() if nspec.stderr else ''}")
+                sys.exit(f"nspec collect failed: {collect.stderr.read() if collect.stderr else ''}")
             size = (Path(folder) / "output.jsonl").stat().st_size / 1e6
             print(
-                f"output file: {size:,.0f} MB; nspec run --wait: exit {os.waitstatus_to_exitcode(status)}, "
-                f"{seconds:.1f} s, peak RSS {usage.ru_maxrss / 1024:,.0f} MB"
+                f"output file: {size:,.0f} MB; nspec collect: {seconds:.1f} s, "
+                f"peak RSS {usage.ru_maxrss / 1024:,.0f} MB"
             )
         finally:
             if server.stdin:
