@@ -329,13 +329,13 @@ def stage_status(run: Run, ledger: Ledger, stage: str) -> dict[str, Any]:
     lost: dict[str, int] = {}
     for missing in lost_results(ledger, stage, present).values():
         lost[missing.model] = lost.get(missing.model, 0) + 1
-    jobs = ledger.jobs(stage)
+    jobs, on_record = ledger.jobs(stage), ledger.batches(stage)
     errors = {j.batch_id: (j.error, j.error_repeats) for j in jobs if j.error and j.batch_id}
     models = []
     for model in run.models(stage):
         entry = counts.get(model.label, {"states": {}, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
         known = price_for(model.entry["id"], model.entry.get("price")) is not None
-        batches = [b for b in ledger.batches(stage) if b.model == model.label]
+        batches = [b for b in on_record if b.model == model.label]
         surplus = sum(b.cost_usd or 0.0 for b in batches if b.origin == "surplus")
         # Priced request by request as recorded; unknown when the price is, or when some results had none.
         cost = round(entry["cost_usd"] + surplus, 4) if known and not entry.get("unpriced") else None
