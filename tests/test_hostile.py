@@ -18,7 +18,7 @@ from nspec.runners.providers import pacing, retry_after
 from nspec.runners.session import MAX_IDENTICAL_FAILURES, Session
 from tests.hostile import RESET, Call, Hostile, Reply
 
-KEY = "sk-hostile-0123456789abcdefXYZ"
+KEY = "hostile-test-key-0123456789abcdefXYZ"  # long, like a real key: a short one is not redacted
 
 SPEC = """\
 nspec: 1
