@@ -334,9 +334,10 @@ class SourceUse:
 _BLOCK = 1024  # tokens whose cut points are worked out together
 # Where `TokenizedText.boundary` can hold inside a text, as the end of a one-byte match: at a space after a mark that
 # may end a sentence (a clean cut needs a printable byte before a space), or after a line break at a capital, or at
-# any letter or digit when the line before is blank (a clean cut after a line break needs one). The pattern starts
-# with a byte, not a look-behind, so the search skips to the bytes it can start with.
-_MAY_START_SENTENCE = re.compile(rb"[" + re.escape(_SENTENCE_END + _CLOSERS) + rb"](?= )|\n(?=[A-Z]|(?<=\n\n)[a-z0-9])")
+# a digit when the line before is blank (a clean cut after a line break needs a letter or digit; a paragraph that
+# starts in lower case goes on with a sentence, as after a quoted verse). The pattern starts with a byte, not a
+# look-behind, so the search skips to the bytes it can start with.
+_MAY_START_SENTENCE = re.compile(rb"[" + re.escape(_SENTENCE_END + _CLOSERS) + rb"](?= )|\n(?=[A-Z]|(?<=\n\n)[0-9])")
 
 
 class TokenizedText:
@@ -368,7 +369,8 @@ class TokenizedText:
     def boundary(self, k: int) -> bool:
         """Whether a needle may go before token ``k``: a clean point between sentences — after a sentence's final
         mark (and closing quotes), not after an abbreviation such as "Mr." or an initial, before a capital or an
-        opening quote — or at a paragraph start, or at either end of the text; in a stack, at an item's start."""
+        opening quote — or at a paragraph start (not one in lower case, which goes on with a sentence), or at either
+        end of the text; in a stack, at an item's start."""
         if not self.clean(k):
             return False
         pos = self.starts[k]
@@ -386,7 +388,7 @@ class TokenizedText:
             return starts_next and sentence_ends_at(data, pos - 1)
         if data[pos - 1] == 0x0A:  # at a line start: a paragraph, or a sentence that ended the line before
             if pos >= 2 and data[pos - 2] == 0x0A:
-                return True
+                return not 0x61 <= data[pos] <= 0x7A  # in lower case, the paragraph goes on with a sentence
             return starts_sentence(data, pos) and sentence_ends_at(data, pos - 2)
         return False
 

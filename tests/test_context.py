@@ -6,7 +6,7 @@ import re
 from importlib import resources
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nspec.compiler.context import (
@@ -55,6 +55,10 @@ def request_tokens(tokenizer, system, user, prefill):
     system=st.sampled_from([None, "You answer questions about a document."]),
     prefill=st.sampled_from([None, "The answer is"]),
     reserve=st.integers(1, 200),
+)
+# A paragraph that starts in lower case goes on with a sentence ("heal.--\n\nmade her quite sorry"): no needle there.
+@example(
+    name="proxy", length=7862, depths=[99.0], offset=23444, prefix="", suffix="", system=None, prefill=None, reserve=1
 )
 def test_built_context_is_exact(haystacks, name, length, depths, offset, prefix, suffix, system, prefill, reserve):
     tokenizer, tt = TOKENIZERS[name], haystacks[name]
