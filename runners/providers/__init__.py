@@ -299,7 +299,22 @@ def _declared(function: Callable[..., Any]) -> frozenset[str]:
 
 class ChatBodyLines(BaseProvider):
     """A provider whose batch lines are `{custom_id, body}`, the body a chat request with `messages` and
-    `max_tokens` (Mistral's and Together's)."""
+    `max_tokens` (Mistral's and Together's): a spec's parameter named as its API names it (``renamed``) must be one
+    of its request's fields (``request_fields``, a copy of its SDK's request type)."""
+
+    request_fields: frozenset[str] = frozenset()
+    renamed: Mapping[str, str] = {}
+    request_name = ""  # the request, in words, for messages: "Mistral's chat completion request"
+    refusal = ""  # how the API refuses an unknown parameter, where it says: " (it answers 422)"
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        given = entry.get("params")
+        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        return {
+            name: f"{self.request_name} has no parameter {self.renamed.get(name, name)!r}{self.refusal}"
+            for name in params
+            if self.renamed.get(name, name) not in self.request_fields
+        }
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         body = line["body"]

@@ -101,15 +101,10 @@ class Mistral(ChatBodyLines):
     official_hosts: tuple[str, ...] = ("api.mistral.ai",)
     official_base_url: str | None = "https://api.mistral.ai"
     takes_headers = takes_query = False  # the SDK's client takes no default headers or query
-
-    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
-        given = entry.get("params")
-        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        return {
-            name: f"Mistral's chat completion request has no parameter {_RENAMED.get(name, name)!r} (it answers 422)"
-            for name in params
-            if _RENAMED.get(name, name) not in REQUEST_FIELDS
-        }
+    request_fields = REQUEST_FIELDS
+    renamed = _RENAMED
+    request_name = "Mistral's chat completion request"
+    refusal = " (it answers 422)"
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # a final assistant message with `prefix: true`

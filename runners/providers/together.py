@@ -100,18 +100,12 @@ class Together(ChatBodyLines):
     base_url_variable = "TOGETHER_BASE_URL"
     official_base_url: str | None = "https://api.together.ai"
     priced = False
+    request_fields = REQUEST_FIELDS
+    renamed = _RENAMED
+    request_name = "Together's chat completions request"
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(50_000, 100 * 1000 * 1000)  # docs.together.ai: 50,000 requests and 100 MB per batch
-
-    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
-        given = entry.get("params")
-        params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        return {
-            name: f"Together's chat completions request has no parameter {_RENAMED.get(name, name)!r}"
-            for name in params
-            if _RENAMED.get(name, name) not in REQUEST_FIELDS
-        }
 
     def request_line(
         self,
