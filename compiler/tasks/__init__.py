@@ -1,0 +1,1 @@
+"""Task families: each turns a spec's parameters, seeded draws and a target length into cells."""
