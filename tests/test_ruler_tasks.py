@@ -276,3 +276,15 @@ def test_draws_of_a_growing_sample_keep_their_prefix_and_permutations_are_comple
     order = permutation(Draws("k"), 5000)
     assert sorted(order) == list(range(5000)) and order != list(range(5000))
     assert order == permutation(Draws("k"), 5000) != permutation(Draws("j"), 5000)
+
+
+def test_word_lists_are_wonderwords_2_2_0_byte_for_byte():
+    import hashlib
+    from importlib import resources
+
+    folder = resources.files("nspec.compiler.tasks.ruler").joinpath("wonderwords")
+    digests = {
+        name: hashlib.sha256(folder.joinpath(f"{name}.txt").read_bytes()).hexdigest()[:12]
+        for name in ("nounlist", "adjectivelist", "verblist")
+    }
+    assert digests == {"nounlist": "0778f51872f2", "adjectivelist": "66814d46b7e2", "verblist": "9fbf5e4e69b8"}
