@@ -449,17 +449,20 @@ class CellMaker:
         return self._draft(slot, identity, question, [], [], [], [], (0, None))
 
     @staticmethod
-    def _parts(prompt: dict[str, Any], question: str) -> PromptParts:
+    def _parts(slot: _Slot, question: str) -> PromptParts:
+        """The cell's prompt around its haystack, as its model gets it (`nspec.providers.as_sent`)."""
+        prompt, model = slot.prompt, slot.model
         values = {"question": question}
         user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})
         prefix, suffix = user.split(_HAYSTACK_MARK)
-        return PromptParts(
+        parts = PromptParts(
             system=render(prompt["system"], values) if "system" in prompt else None,
             prefix=prefix,
             suffix=suffix,
             prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
             reserve=prompt.get("reserve_tokens", 300),
         )
+        return parts if model.api.takes_prefill(model.entry) else parts.folded()
 
     def _draft(
         self,
@@ -474,7 +477,7 @@ class CellMaker:
     ) -> _Draft:
         """``order``: the questions still to come about its context, and its question's index in the context (or
         None: one question per context)."""
-        parts = self._parts(slot.prompt, question)
+        parts = self._parts(slot, question)
         siblings, index = order
         draft = _Draft(identity, question, parts, inserts, needles, expected, alternates)
         draft.siblings_ahead, draft.question_index = siblings, index
@@ -533,7 +536,7 @@ class CellMaker:
         file lacks a count they need."""
         model = slot.model
         separator = self.source.separator if self.is_stack else None
-        base = self._parts(slot.prompt, "")
+        base = self._parts(slot, "")
         aim = self.aims.get(model.label)
         counted = CountedSlot(slot.tt, model.tokenizer, slot.start, base, slot.length, separator, counter, aim)
         try:
@@ -561,10 +564,9 @@ class CellMaker:
                 self.far[model.label] = self.far.get(model.label, 0) + 1
         uses = self._uses(slot, built.span, cid)
         request = None
+        prompt = parts.prompt(built.user)
         if self.build_requests or counter is not None:
-            request = model.api.request_line(
-                model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
-            )
+            request = model.api.request_line(model.entry, cid, prompt, model.params, reserve)
         tokens, exact, composed = built.tokens, model.tokenizer.exact, None
         length: dict[str, Any] = {"counted_by": model.tokenizer.name}
         if counter is not None:
@@ -591,7 +593,7 @@ class CellMaker:
             cut, opens_group = self._cache_cut(slot, draft, built, cid)
             if self.build_requests:
                 assert request is not None
-                request = model.api.shape_cache(request, built.user, cut)
+                request = model.api.shape_cache(request, prompt, cut)
             extra["cache"] = cut.record()
         identity = draft.identity
         record = {
@@ -605,7 +607,7 @@ class CellMaker:
                 "prompt": tokens,
                 "haystack": built.haystack_tokens,
                 "o200k": self._reference_tokens(model, parts, built),
-                "characters": sum(len(t) for t in (parts.system, built.user, parts.prefill) if t is not None),
+                "characters": sum(len(t) for t in prompt.texts()),
                 **length,
             },
             "tokens_exact": exact,
@@ -632,7 +634,7 @@ class CellMaker:
         model, parts = slot.model, draft.parts
         assert model.cache is not None
         group = "\0".join([model.label, str(slot.variant), str(slot.trial)])
-        base = self._parts(slot.prompt, "")
+        base = self._parts(slot, "")
         opens = None if self.caching.known(group) else self._open_cache_group(slot, group, base)
         head = self._heads[group]
         scale = model.tokenizer.scale

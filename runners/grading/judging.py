@@ -25,6 +25,7 @@ from typing import Any
 from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
 from nspec.compiler.run_directory import ShardWriter, effective_mode, judge_budget
+from nspec.prompt import Prompt
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
@@ -96,7 +97,7 @@ def judge_request(model: Model, rubric: str, cell: Mapping[str, Any], answer: st
     )
     params, budget = judge_budget(model)
     params = model.api.structured_output(params, "verdict", verdict_schema(rubric))
-    return model.api.request_line(model.entry, custom_id, system, user, None, params, budget)
+    return model.api.request_line(model.entry, custom_id, Prompt.ask(system, user), params, budget)
 
 
 def verdict_schema(rubric: str) -> dict[str, Any]:

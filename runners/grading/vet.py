@@ -22,6 +22,7 @@ from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
 from nspec.errors import ProviderError
 from nspec.inputs import Confinement
+from nspec.prompt import Prompt
 from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
@@ -81,9 +82,7 @@ def vet(
                 line = model.api.request_line(
                     model.entry,
                     cid,
-                    system,
-                    user,
-                    prefill,
+                    Prompt.ask(system, user, prefill),
                     model.params,
                     template.get("reserve_tokens", 300),
                 )
