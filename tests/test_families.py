@@ -1,0 +1,113 @@
+"""Task families behind one seam: a family of one's own, installed as a package, compiles through the same code path
+as needles — Sized contexts built at the largest size that fits, Fixed prompts placed at the smallest length that
+fits — and runs, is scored and reported end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nspec.compiler.run_directory import compile_run
+from nspec.compiler.tasks import Setup, Sized, Slot, registry
+from nspec.prompt import Prompt, Turn
+from nspec.providers import as_sent, provider
+from tests.contract import assert_run_valid
+from tests.families import families  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.usefixtures("families")
+
+COUNTING = {
+    "nspec": 1,
+    "name": "counting",
+    "seed": 3,
+    "task": {"name": "counting", "params": {"word": "fig"}},
+    "grid": {"context_lengths": [300, 700], "trials": 1},
+    "prompt": {"system": "Answer with a number.", "reserve_tokens": 20},
+    "models": [{"id": "openai/gpt-4.1-mini"}, {"id": "anthropic/claude-haiku-4-5"}],
+}
+
+
+def compiled(spec, tmp_path):
+    run = compile_run(spec, ".", tmp_path / "out", {"file": "spec.yaml"}).path
+    assert_run_valid(run)
+    cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
+    requests = {}
+    for shard in sorted((run / "answers" / "requests").iterdir()):
+        for line in shard.read_text().splitlines():
+            request = json.loads(line)
+            requests[request["custom_id"]] = request
+    return run, cells, requests
+
+
+def tokens(model_id, system, built):
+    """The request's tokens as the model counts them (o200k, OpenAI's chat framing) once the prefix is placed."""
+    api = provider(model_id.split("/")[0])
+    entry = {"id": model_id}
+    prompt = as_sent(api, entry, Prompt(system, (Turn("user", built.text),), built.answer_prefix))
+    texts = prompt.texts()
+    tokenizer = api.tokenizer(model_id.split("/")[1], None)
+    return tokenizer.scale(
+        tokenizer.framing(len(texts), prompt.prefill is not None) + sum(map(tokenizer.own_count, texts))
+    )
+
+
+def test_a_sized_context_is_the_largest_that_fits(tmp_path):
+    run, cells, requests = compiled(COUNTING, tmp_path)
+    assert len(cells) == 4  # two models, two lengths
+    task = registry.family("counting").task(Setup(COUNTING, {"word": "fig"}, None, 3))
+    for cell in cells:
+        length = cell["context_length"]
+        assert length["prompt"] + 20 == length["actual"] <= length["target"]
+        size = cell["size"]
+        assert size % 10 == 0 and size >= 10
+        assert cell["expected"] == [str(cell["data"]["count"])] and cell["data"]["words"] == size
+        (draft,) = task.drafts(Slot(None, length["target"], 0, 3))
+        assert isinstance(draft.context, Sized)
+        built = draft.context.build(size)
+        assert tokens(cell["model_id"], "Answer with a number.", built) == length["prompt"]
+        bigger = draft.context.build(size + 10)
+        assert (
+            tokens(cell["model_id"], "Answer with a number.", bigger) + 20 > length["target"]
+        )  # the next step overflows
+    lines = {c["model"]: requests[c["cell_id"]] for c in cells if c["context_length"]["target"] == 300}
+    # OpenAI's chat API continues no prefill: the answer prefix ends the user turn; Claude Haiku 4.5 continues it.
+    assert lines["openai/gpt-4.1-mini"]["body"]["messages"][-1]["content"].endswith("The number of times is")
+    assert lines["anthropic/claude-haiku-4-5"]["params"]["messages"][-1] == {
+        "role": "assistant",
+        "content": " The number of times is",
+    }
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["task"] == {"name": "counting", "version": "1", "params": {"word": "fig"}, "axes": []}
+    assert manifest["haystack"] == {"kind": "none"}
+
+
+def test_fixed_prompts_go_to_the_smallest_length_they_fit(tmp_path):
+    short = ["What is two and two?"]
+    long = ["Remember the code word: heron. " * 40, "I will remember it.", "What was the code word?"]
+    huge = ["word " * 2000]
+    spec = {
+        **COUNTING,
+        "name": "replay",
+        "task": {
+            "name": "replay",
+            "params": {
+                "rows": [
+                    {"id": "short", "turns": short, "answer": "four"},
+                    {"id": "long", "turns": long, "answer": "heron"},
+                    {"id": "huge", "turns": huge, "answer": "word"},
+                ]
+            },
+        },
+        "grid": {"context_lengths": [700, 300], "trials": 1},
+        "models": [{"id": "openai/gpt-4.1-mini"}],
+    }
+    run, cells, requests = compiled(spec, tmp_path)
+    placed = {c["axes"]["row"]: c for c in cells}
+    assert sorted(placed) == ["long", "short"]  # the huge row fits no length
+    assert placed["short"]["context_length"]["target"] == 300 and placed["long"]["context_length"]["target"] == 700
+    messages = requests[placed["long"]["cell_id"]]["body"]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    (unplaced,) = [f for f in manifest["fallbacks"] if f["kind"] == "unplaced"]
+    assert unplaced["cells"] == 1
