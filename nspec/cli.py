@@ -245,10 +245,14 @@ def plan(
     if dropped:
         console.print(f"{dropped} cells dropped: longer than their model's max_context (run.on_too_long: drop)")
     haystack = result["haystack"]
-    passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
-    console.print(
-        f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
-    )
+    if haystack["kind"] != "none":  # a task family that generates its contexts reads no haystack
+        passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
+        console.print(
+            f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
+        )
+    if "task" in result:
+        task = result["task"]
+        console.print(f"task: {task['name']} {task['version']}", markup=False)
     for note in result["fallbacks"]:
         console.print(Text.assemble(("note: ", "yellow"), note["message"]))
     for sent in sends:
@@ -685,7 +689,7 @@ def questions(
     from nspec.runners.grading.audit import ask_questions
 
     loaded = load_spec(spec, allow_path or ())
-    haystack = loaded.data["haystack"]
+    haystack = loaded.data.get("haystack", {})
     if "stack" not in haystack:
         raise UserError(f"{spec} has no stack haystack; questions are written for needlestack specs")
     source = load_haystack(haystack, loaded.base_dir, loaded.confinement)

@@ -111,3 +111,78 @@ def test_fixed_prompts_go_to_the_smallest_length_they_fit(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     (unplaced,) = [f for f in manifest["fallbacks"] if f["kind"] == "unplaced"]
     assert unplaced["cells"] == 1
+
+
+SPEC = """\
+nspec: 1
+name: count
+seed: 3
+task: {name: counting, params: {word: fig}}
+grid: {context_lengths: [300, 700], params: {vocabulary: [3, 5]}}
+prompt: {system: "Answer with a number.", reserve_tokens: 20}
+models: [{id: openai/gpt-4.1-mini}]
+"""
+
+
+def test_a_spec_names_a_family_and_sweeps_its_params(cli, spec_file, tmp_path):
+    name = spec_file(SPEC)
+    assert cli("validate", name).code == 0
+    result = cli("compile", name, "-o", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    (run,) = (tmp_path / "out" / "count").iterdir()
+    cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
+    assert sorted((c["context_length"]["target"], c["axes"]["vocabulary"]) for c in cells) == [
+        (300, 3),
+        (300, 5),
+        (700, 3),
+        (700, 5),
+    ]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["task"]["axes"] == ["vocabulary"]
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        (
+            ("name: counting", "name: countin"),
+            "spec.yaml:4:14: task.name: unknown task family 'countin': the installed families are counting, needle, "
+            "replay, stack",
+        ),
+        (("params: {word: fig}", "params: {wrd: fig}"), "spec.yaml:4:33: task.params.wrd: unknown key 'wrd'"),
+        (("params: {word: fig}", "params: {word: cherry}"), "spec.yaml:4:39: task.params.word: must be one of:"),
+        (
+            ("params: {vocabulary: [3, 5]}", "params: {size: [3, 5]}"),
+            "spec.yaml:5:46: grid.params.size: unknown parameter 'size' of the counting task family; its parameters "
+            "are vocabulary, word",
+        ),
+        (
+            ("params: {vocabulary: [3, 5]}", "params: {vocabulary: [3, 50]}"),
+            "spec.yaml:5:62: grid.params.vocabulary[1]: must be at most 8 (got 50)",
+        ),
+        (
+            ("task: {name", "haystack: {corpus: austen}\ntask: {name"),
+            "spec.yaml:4:1: haystack: `haystack` does not apply to the counting task family (it reads no haystack)",
+        ),
+        (
+            ('prompt: {system: "Answer with a number."', 'prompt: {user: "{question}"'),
+            "the counting task family writes the user turn and its answer prefix",
+        ),
+    ],
+)
+def test_a_wrong_family_or_parameter_is_located_in_validate_plan_and_compile(cli, spec_file, change, error):
+    name = spec_file(SPEC.replace(*change))
+    for command in (["validate"], ["plan"], ["compile", "-o", "out"]):
+        result = cli(*command, name)
+        assert result.code == 2 and error in result.err, (command, result.err)
+
+
+def test_needles_still_need_a_haystack_depths_and_a_user_template(cli, spec_file):
+    from tests.conftest import BASE
+
+    spec = BASE.replace("haystack: {corpus: austen}\n", "").replace(", depths: [50]", "")
+    result = cli("validate", spec_file(spec.replace('prompt: {user: "{haystack} {question}"}', "prompt: {}")))
+    assert result.code == 2
+    assert "spec.yaml:1:1: missing required key 'haystack' at the top of the spec" in result.err
+    assert "grid: missing required key 'depths' in `grid`" in result.err
+    assert "prompt: missing required key 'user' in `prompt`" in result.err
