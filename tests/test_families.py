@@ -186,3 +186,4 @@ def test_needles_still_need_a_haystack_depths_and_a_user_template(cli, spec_file
     assert "spec.yaml:1:1: missing required key 'haystack' at the top of the spec" in result.err
     assert "grid: missing required key 'depths' in `grid`" in result.err
     assert "prompt: missing required key 'user' in `prompt`" in result.err
+
