@@ -908,8 +908,12 @@ def emulator(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: one the OS picks).")] = 8765,
     responder: Annotated[
-        str, typer.Option(help="What the models answer: oracle | echo | local (the local engine's model).")
+        str,
+        typer.Option(help="What the models answer: oracle | echo | cells (a run's expected answers) | local."),
     ] = "",
+    answers: Annotated[
+        str | None, typer.Option(help="A compiled run directory: answer its cells with their expected answers.")
+    ] = None,
     config: Annotated[str | None, typer.Option(help="Config file (YAML or JSON): timing, limits, faults.")] = None,
     state: Annotated[str | None, typer.Option(help="Folder that keeps batches and files across restarts.")] = None,
     realistic: Annotated[bool, typer.Option(help="Batch durations like a busy real service.")] = False,
@@ -921,6 +925,8 @@ def emulator(
     settings = load_config(config, realistic)
     if responder:
         settings.responder.kind = responder
+    if answers is not None:
+        settings.responder.kind, settings.responder.run = "cells", answers
     try:
         server = Emulator(settings, host, port, state)
     except OSError as exc:

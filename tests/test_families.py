@@ -4,7 +4,9 @@ fits — and runs, is scored and reported end to end."""
 
 from __future__ import annotations
 
+import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,8 @@ from nspec.compiler.run_directory import compile_run
 from nspec.compiler.tasks import Setup, Sized, Slot, registry
 from nspec.prompt import Prompt, Turn
 from nspec.providers import as_sent, provider
+from nspec.runners.emulator.config import Degrade, Responder
+from nspec.runners.emulator.responders import make_responder
 from tests.contract import assert_run_valid
 from tests.families import families  # noqa: F401 - a fixture
 
@@ -187,3 +191,32 @@ def test_needles_still_need_a_haystack_depths_and_a_user_template(cli, spec_file
     assert "grid: missing required key 'depths' in `grid`" in result.err
     assert "prompt: missing required key 'user' in `prompt`" in result.err
 
+
+def test_a_family_of_one_s_own_runs_is_scored_and_reported_end_to_end(cli, spec_file, tmp_path, emulator, api_keys):
+    """Compile, answer from the run's own cells (a seeded share missed), score with the family's default scorer
+    (RULER's string_match_all) and report RULER's table: the mean score per swept value and length, and the
+    effective length."""
+    emu = emulator()
+    spec = SPEC.replace(
+        "models: [{id: openai/gpt-4.1-mini}]",
+        f'models: [{{id: openai/gpt-4.1-mini, base_url: "{emu.openai_base_url}", mode: live}}]\n'
+        "report: {effective_length_threshold: 0.5}",
+    ).replace("params: {vocabulary: [3, 5]}}", "params: {vocabulary: [3, 5]}, trials: 4}")
+    name = spec_file(spec)
+    compiled_run = cli("compile", name, "-o", str(tmp_path / "out"))
+    assert compiled_run.code == 0, compiled_run.err
+    run = Path(compiled_run.out.strip().splitlines()[-1])
+    config = Responder(kind="cells", run=str(run), degrade=Degrade(miss_rate=0.3))
+    emu.emulation.responder = make_responder(config, 0, None)
+    result = cli("run", name, "--wait", "-o", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 16 and {s["scorers"][0]["scorer"] for s in scores} == {"string_match_all"}
+    passed = sum(s["verdict"] == "pass" for s in scores)
+    assert 0 < passed < 16  # the cells responder gives the expected answers, less the seeded misses
+    summary = list(csv.DictReader((run / "report" / "summary.csv").read_text().splitlines()))
+    by_point = {(r["context_length"], json.loads(r["axes"])["vocabulary"]): r for r in summary}
+    assert sorted(by_point) == [("300", 3), ("300", 5), ("700", 3), ("700", 5)]
+    assert sum(round(float(r["score"]) * int(r["n"])) for r in summary) == passed
+    page = (run / "report" / "index.html").read_text()
+    assert "by vocabulary: effective length" in page and "<th>Avg.</th>" in page
