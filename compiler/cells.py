@@ -1,14 +1,18 @@
 """From a resolved spec to cells: one record and one request line at a time, in a fixed order.
 
-Order: trial, then model, prompt variant, context length, depth (or location, repeat and question for stacks), with
-each model's negative controls after its needle cells of the trial. Memory holds the tokenised haystack of the
-current trial per tokenizer, never the run.
+The spec's task family (`compiler.tasks`) makes the drafts of each slot; this module fits them to their lengths and
+makes their records and request lines, one code path for every family: a `Fill` draft's haystack cut to the length
+with its inserts placed (exactly, in the model's tokens), a `Sized` draft built at the largest size that fits, a
+`Fixed` draft placed at the smallest grid length it fits.
+
+Order: trial, then model, prompt variant, context length, `grid.params` point, then the family's order (for needles:
+depth, with the negative controls last). Memory holds the tokenised haystack of the current trial per tokenizer,
+never the run.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -16,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nspec.errors import CompileError
-from nspec.providers import Provider
+from nspec.prompt import Prompt, Turn
+from nspec.providers import Provider, as_sent
 from nspec.providers import provider as provider_api
 from nspec.spec.templates import render
 
@@ -27,7 +32,8 @@ from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
 from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
-from .needles import CellNeedles, draw_needles, needle_ids
+from .tasks import Draft, Fill, Fixed, Setup, Sized, Slot, Task, registry
+from .tasks.ruler.base import Built, largest_fitting
 from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
@@ -59,17 +65,32 @@ class Model:
         return re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-")[:40] or "model"
 
 
+# The haystack of a family that reads none.
+_NO_HAYSTACK = HaystackSource("none", [], "", "none", "")
+# Keys of a cell's identity that are the framework's: a family's drafts may not use them.
+FRAMEWORK_KEYS = frozenset(("model", "variant", "length", "trial", "params"))
+# The identity keys that have fields of their own in a cell's record; a family's other axes go in `axes`.
+RECORDED_AXES = ("depth", "repeat", "item")
+
+
 @dataclass(frozen=True)
 class _Slot:
-    """What every cell of one model, prompt variant, length and trial shares."""
+    """What every cell of one model, prompt variant, length, trial and `grid.params` point shares."""
 
     model: Model
-    tt: TokenizedText
+    haystack: TokenizedText | None  # the trial's tokenised haystack (families whose drafts are `Fill`)
     start: int  # the trial's first haystack token
     variant: str | None
     prompt: dict[str, Any]
     length: int
     trial: int
+    point: dict[str, Any]  # the `grid.params` point
+    task: Task
+
+    @property
+    def tt(self) -> TokenizedText:
+        assert self.haystack is not None, "a Fill draft of a family that reads no haystack"
+        return self.haystack
 
 
 @dataclass
@@ -83,18 +104,30 @@ class Cell:
 
 @dataclass
 class _Draft:
-    """A cell before its context is built: who it is, its prompt, and what goes into its haystack."""
+    """A family's `Fill` draft with what the framework adds: its whole identity, its prompt around the haystack,
+    and its cache arm."""
 
+    made: Draft
     identity: dict[str, Any]
-    question: str
     parts: PromptParts
-    inserts: list[Insert]
-    needles: list[dict[str, Any]]
-    expected: list[str]
-    alternates: list[str]
     control: bool = False  # in the cache control arm
-    siblings_ahead: int = 0  # questions still to come about this same context
-    question_index: int | None = None  # which of its context's questions it asks (several per context)
+
+    @property
+    def fill(self) -> Fill:
+        assert isinstance(self.made.context, Fill)
+        return self.made.context
+
+    @property
+    def inserts(self) -> list[Insert]:
+        return self.fill.inserts
+
+    @property
+    def needles(self) -> list[dict[str, Any]]:
+        return self.fill.needles
+
+    @property
+    def siblings_ahead(self) -> int:
+        return self.made.siblings_ahead
 
 
 def models_of(
@@ -134,7 +167,7 @@ def models_of(
 def prompt_variants(spec: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
     if "prompts" in spec:
         return [(p["name"], p) for p in spec["prompts"]]
-    return [(None, spec["prompt"])]
+    return [(None, spec.get("prompt", {}))]  # a family that writes its own prompt needs none
 
 
 def cell_id(model: Model, identity: dict[str, Any]) -> str:
@@ -149,29 +182,39 @@ class CellMaker:
     def __init__(
         self,
         spec: dict[str, Any],
-        source: HaystackSource,
+        source: HaystackSource | None,
         counts: CountsFile | None = None,
         fetch: dict[str, Fetch] | None = None,
     ) -> None:
         self.spec = spec
-        self.source = source
         self.seed: int = spec.get("seed", 0)
+        self.family = registry.family(registry.named(spec))
+        self.fills = self.family.needs_haystack  # its drafts are `Fill`: a haystack is cut to each length
+        if self.fills and source is None:
+            raise CompileError(f"the {self.family.name} task family places its content in a haystack: give one")
+        params = registry.params_of(spec)
+        self.swept = bool(registry.sweeps(spec))
+        self.tasks = [
+            (point, self.family.task(Setup(spec, {**params, **point}, source if self.fills else None, self.seed)))
+            for point in registry.points(spec)
+        ]
         self.models = models_of(spec, counts, fetch)
+        if not self.fills:
+            for model in self.models:
+                model.cache = None  # no haystack shared between cells: nothing to cache
         self.variants = prompt_variants(spec)
         self.lengths = grid_axes.context_lengths(spec["grid"]["context_lengths"])
-        self.depths = grid_axes.depths(spec["grid"]["depths"])
         self.trials: int = spec["grid"].get("trials", 1)
-        negatives = spec["grid"].get("negative_controls", False)
-        self.negatives = int(negatives) if not isinstance(negatives, bool) else (1 if negatives else 0)
-        self.repeats: list[int] = spec["grid"].get("repeats", [1])
         self.on_too_long: str = spec.get("run", {}).get("on_too_long", "error")
-        self.placement: str = spec.get("placement", "spread")
-        self.is_stack = source.kind == "stack"
+        self.source: HaystackSource = source if source is not None and self.fills else _NO_HAYSTACK
+        self.is_stack = self.source.kind == "stack"
         self.dropped: dict[str, int] = {}
         # Repetition of the sources within a cell: counted always, refused with `haystack.repeat: error` (noise
         # repeats its few sentences by design).
-        self.use = SourceUse(len(source.documents))
-        self.refuse_repetition = spec["haystack"].get("repeat", "allow") == "error" and source.kind != "noise"
+        self.use = SourceUse(len(self.source.documents))
+        repeat = spec.get("haystack", {}).get("repeat", "allow")
+        self.refuse_repetition = repeat == "error" and self.source.kind != "noise"
+        self.unplaced: dict[str, int] = {}  # per model: `Fixed` drafts that fit no grid length
         self.repeating: dict[str, int] = {}  # per model: cells whose haystack holds a source more than once
         self.capped: dict[str, int] = {}  # per model: cells shortened to keep a proxy's margin inside max_context
         self.far: dict[str, int] = {}  # per model: needles more than FAR_FROM_DEPTH points from their depth
@@ -180,7 +223,7 @@ class CellMaker:
         self.aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
-        self.per_context: int = spec["grid"].get("questions_per_context", 1)
+        self._fixed_tokens: dict[tuple[str, ...], tuple[int, bool]] = {}  # a Fixed draft's count, per model
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
         # False: cells are counted without building their request lines (a plan), except where a counts file is
@@ -190,17 +233,8 @@ class CellMaker:
     def count(self) -> int:
         """How many cells the grid makes, by arithmetic (nothing is built): what the cell cap is checked against
         before any work. Cells that `run.on_too_long: drop` would drop are counted."""
-        if self.is_stack:
-            per_slot = len(self.depths) * len(self.repeats) * self._stack_questions()
-        else:
-            per_slot = len(self.depths) * self.per_context
-        return self.trials * len(self.models) * len(self.variants) * len(self.lengths) * (per_slot + self.negatives)
-
-    def _stack_questions(self) -> int:
-        """How many of a stack's questions each trial asks."""
-        per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
-        questions = len(self.source.questions)
-        return questions if per_trial is None else min(questions, per_trial)
+        per_model = sum(task.cells(self.lengths) for _, task in self.tasks)
+        return self.trials * len(self.models) * len(self.variants) * per_model
 
     # -- haystack text -------------------------------------------------------------------------------------------
 
@@ -275,8 +309,8 @@ class CellMaker:
                 yield from self._model_trial(model, trial)
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
-        tt = self._text(model.tokenizer, trial)
-        start = self._start(tt, trial)
+        tt = self._text(model.tokenizer, trial) if self.fills else None
+        start = self._start(tt, trial) if tt is not None else 0
         for variant, prompt in self.variants:
             prompt = {**prompt, **model.prompt_override}
             for length in self.lengths:
@@ -288,123 +322,17 @@ class CellMaker:
                         )
                     self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
                     continue
-                slot = _Slot(model, tt, start, variant, prompt, length, trial)
-                drafts = itertools.chain(
-                    (self._stack_cells if self.is_stack else self._text_cells)(slot),
-                    (self._negative_cell(slot, k) for k in range(self.negatives)),
-                )
-                if model.counter is None:
-                    yield from self._proxy_cells(slot, drafts)
-                else:
-                    yield from self._counted_cells(slot, list(drafts), model.counter)
-
-    def _stack_cells(self, slot: _Slot) -> Iterator[_Draft]:
-        questions = self.source.questions
-        per_trial = self.spec["haystack"]["stack"].get("questions_per_trial")
-        if per_trial is not None and per_trial < len(questions):
-            questions = Draws(self.seed, "questions", slot.trial).sample(questions, per_trial)
-        k = self.per_context
-        chunks = [questions[i : i + k] for i in range(0, len(questions), k)]
-        for depth in self.depths:
-            for repeat in self.repeats:
-                for chunk in chunks:
-                    inserts = [Insert(self.source.items[q.item], depth, repeat) for q in chunk]
-                    for j, q in enumerate(chunk):
-                        identity = {
-                            "variant": slot.variant,
-                            "length": slot.length,
-                            "depth": depth,
-                            "trial": slot.trial,
-                            "repeat": repeat,
-                            "item": q.item,
-                        }
-                        needles = [
-                            {
-                                "id": other.item,
-                                "index": 0,
-                                "role": "target" if other is q else "distractor",
-                                "text": self.source.items[other.item],
-                                "depth_requested": depth,
-                            }
-                            for other in chunk
-                        ]
-                        yield self._draft(
-                            slot,
-                            identity,
-                            q.question,
-                            inserts,
-                            needles,
-                            [q.answer],
-                            list(q.alternates),
-                            (len(chunk) - 1 - j, j if k > 1 else None),
-                        )
-
-    def _text_cells(self, slot: _Slot) -> Iterator[_Draft]:
-        ids = needle_ids(self.spec["needles"])
-        k = self.per_context
-        for depth in self.depths:
-            key = (slot.length, depth, slot.trial)
-            sets = self._needle_sets(key)
-            inserts: list[Insert] = []
-            placed: list[list[dict[str, Any]]] = []
-            for j, drawn in enumerate(sets):
-                depths = self._needle_depths(drawn, depth, Draws(self.seed, "placement", *key, *([j] if j else [])))
-                inserts += [Insert(n.text, d) for n, d in zip(drawn.instances, depths, strict=True)]
-                placed.append(
-                    [
-                        {"id": n.needle_id, "index": n.index, "role": n.role, "text": n.text, "depth_requested": d}
-                        for n, d in zip(drawn.instances, depths, strict=True)
-                    ]
-                )
-            for j, drawn in enumerate(sets):
-                # Every question's context holds every set's needles; another question's are distractors to it.
-                needles = [
-                    {**n, "role": n["role"] if i == j else "distractor"} for i, ns in enumerate(placed) for n in ns
-                ]
-                identity = {
-                    "variant": slot.variant,
-                    "length": slot.length,
-                    "depth": depth,
-                    "trial": slot.trial,
-                    "needles": ids,
-                    **({"question": j} if k > 1 else {}),
-                }
-                yield self._draft(
-                    slot,
-                    identity,
-                    drawn.question,
-                    inserts,
-                    needles,
-                    drawn.expected,
-                    drawn.alternates,
-                    (k - 1 - j, j if k > 1 else None),
-                )
-
-    def _needle_sets(self, key: tuple[Any, ...]) -> list[CellNeedles]:
-        """The needles of one context: one set per question, each drawn afresh until its question differs from
-        the sets' before it (two questions alike could not be told apart)."""
-        sets = [draw_needles(self.spec["needles"], Draws(self.seed, "needles", *key))]
-        for j in range(1, self.per_context):
-            for attempt in range(100):
-                drawn = draw_needles(self.spec["needles"], Draws(self.seed, "needles", *key, j, attempt))
-                if all(drawn.question != s.question for s in sets):
-                    break
-            else:
-                raise CompileError(
-                    f"grid.questions_per_context is {self.per_context}, but the needles' variables give fewer "
-                    "distinct questions: add values to the variables the question names"
-                )
-            sets.append(drawn)
-        return sets
-
-    def _needle_depths(self, drawn: CellNeedles, depth: float, draws: Draws) -> list[float]:
-        """Requested depth of every instance: the first at the cell's depth, the rest per `placement`."""
-        n = len(drawn.instances)
-        if self.placement == "together":
-            return [depth] * n
-        if self.placement == "random":
-            return [depth] + [round(100 * draws.uniform(), 2) for _ in range(n - 1)]
-        return [round(depth + i * (100 - depth) / n, 2) for i in range(n)]
+                for point, task in self.tasks:
+                    slot = _Slot(model, tt, start, variant, prompt, length, trial, point, task)
+                    made = task.drafts(Slot(variant, length, trial, self.seed))
+                    if not self.fills:
+                        yield from self._generated_cells(slot, made)
+                        continue
+                    drafts = (self._draft(slot, draft) for draft in made)
+                    if model.counter is None:
+                        yield from self._proxy_cells(slot, drafts)
+                    else:
+                        yield from self._counted_cells(slot, list(drafts), model.counter)
 
     def _fit_target(self, model: Model, length: int, reserve: int) -> int:
         """The length a cell is fitted to: the grid's, or less for a model counted by a proxy whose real count may be
@@ -439,45 +367,39 @@ class CellMaker:
                 )
         return uses
 
-    def _negative_cell(self, slot: _Slot, k: int) -> _Draft:
-        draws = Draws(self.seed, "negative", slot.length, slot.trial, k)
-        if self.is_stack:
-            question = draws.choice(self.source.questions).question
-        else:
-            question = draw_needles(self.spec["needles"], draws).question
-        identity = {"variant": slot.variant, "length": slot.length, "trial": slot.trial, "negative": k}
-        return self._draft(slot, identity, question, [], [], [], [], (0, None))
-
     @staticmethod
-    def _parts(prompt: dict[str, Any], question: str) -> PromptParts:
+    def _parts(slot: _Slot, question: str) -> PromptParts:
+        """The cell's prompt around its haystack, as its model gets it (`nspec.providers.as_sent`)."""
+        prompt, model = slot.prompt, slot.model
         values = {"question": question}
         user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})
         prefix, suffix = user.split(_HAYSTACK_MARK)
-        return PromptParts(
+        parts = PromptParts(
             system=render(prompt["system"], values) if "system" in prompt else None,
             prefix=prefix,
             suffix=suffix,
             prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
             reserve=prompt.get("reserve_tokens", 300),
         )
+        return parts if model.api.takes_prefill(model.entry) else parts.folded()
 
-    def _draft(
-        self,
-        slot: _Slot,
-        identity: dict[str, Any],
-        question: str,
-        inserts: list[Insert],
-        needles: list[dict[str, Any]],
-        expected: list[str],
-        alternates: list[str],
-        order: tuple[int, int | None],
-    ) -> _Draft:
-        """``order``: the questions still to come about its context, and its question's index in the context (or
-        None: one question per context)."""
-        parts = self._parts(slot.prompt, question)
-        siblings, index = order
-        draft = _Draft(identity, question, parts, inserts, needles, expected, alternates)
-        draft.siblings_ahead, draft.question_index = siblings, index
+    def _identity(self, slot: _Slot, draft: Draft) -> dict[str, Any]:
+        """The cell's whole identity: the framework's keys and the family's."""
+        clash = FRAMEWORK_KEYS & set(draft.identity)
+        if clash:
+            raise CompileError(
+                f"the {self.family.name} task family gives its drafts the identity key(s) {', '.join(sorted(clash))}, "
+                "which are the framework's"
+            )
+        point = {"params": slot.point} if self.swept else {}
+        return {"variant": slot.variant, "length": slot.length, "trial": slot.trial, **point, **draft.identity}
+
+    def _draft(self, slot: _Slot, made: Draft) -> _Draft:
+        """A family's Fill draft with its prompt parts and its cache arm."""
+        if not isinstance(made.context, Fill):
+            raise CompileError(f"the {self.family.name} task family reads a haystack, but gave a draft without Fill")
+        parts = self._parts(slot, made.question)
+        draft = _Draft(made, self._identity(slot, made), parts)
         policy = slot.model.cache
         if policy is not None and self.caching.is_control(policy, self._cell_id(slot, draft)):
             draft.control = True
@@ -533,7 +455,7 @@ class CellMaker:
         file lacks a count they need."""
         model = slot.model
         separator = self.source.separator if self.is_stack else None
-        base = self._parts(slot.prompt, "")
+        base = self._parts(slot, "")
         aim = self.aims.get(model.label)
         counted = CountedSlot(slot.tt, model.tokenizer, slot.start, base, slot.length, separator, counter, aim)
         try:
@@ -549,6 +471,146 @@ class CellMaker:
         for draft, context in zip(drafts, built, strict=True):
             yield self._cell(slot, draft, context, counter)
 
+    # -- contexts the family generates (Sized) or brings (Fixed) --------------------------------------------------
+
+    def _generated_cells(self, slot: _Slot, drafts: Iterable[Draft]) -> Iterator[Cell]:
+        for made in drafts:
+            if isinstance(made.context, Sized):
+                yield self._sized_cell(slot, made, made.context)
+            elif isinstance(made.context, Fixed):
+                cell = self._fixed_cell(slot, made, made.context)
+                if cell is not None:
+                    yield cell
+            else:
+                raise CompileError(f"the {self.family.name} task family reads no haystack, but gave a Fill draft")
+
+    def _system(self, slot: _Slot, made: Draft) -> str | None:
+        prompt = slot.prompt
+        return render(prompt["system"], {"question": made.question}) if "system" in prompt else None
+
+    def _sized_cell(self, slot: _Slot, made: Draft, sized: Sized) -> Cell:
+        """The draft built at the largest size whose prompt and answer budget fit the slot's length (RULER's
+        search, in the model's tokens)."""
+        model = slot.model
+        reserve = slot.prompt.get("reserve_tokens", 300)
+        target = self._fit_target(model, slot.length, reserve)
+        system = self._system(slot, made)
+        tried: dict[int, tuple[Built, Prompt, int, bool]] = {}
+
+        def at(size: int) -> tuple[Built, Prompt, int, bool]:
+            if size not in tried:
+                built = sized.build(size)
+                prompt = Prompt(system, (Turn("user", built.text),), built.answer_prefix or None)
+                prompt = as_sent(model.api, model.entry, prompt)
+                tried[size] = (built, prompt, *self._prompt_tokens(model, prompt))
+            return tried[size]
+
+        size = largest_fitting(lambda n: at(n)[2] + reserve <= target, sized.step, sized.limit)
+        if size == 0:
+            cid = cell_id(model, {"model": model.label, **self._identity(slot, made)})
+            raise CompileError(
+                f"cell {cid} ({model.label}, length {slot.length}): the {self.family.name} task at its smallest size "
+                f"({sized.step}) needs more than {target - reserve} tokens (the length less reserve_tokens {reserve})"
+            )
+        built, prompt, tokens, exact = at(size)
+        expected = [*made.expected, *built.expected]
+        return self._generated_cell(slot, made, prompt, tokens, exact, expected, {**made.data, **built.data}, size)
+
+    def _fixed_cell(self, slot: _Slot, made: Draft, fixed: Fixed) -> Cell | None:
+        """The draft's cell if the slot's length is the smallest grid length it fits; None otherwise (a draft that
+        fits no length is counted, once, as unplaced)."""
+        model = slot.model
+        reserve = slot.prompt.get("reserve_tokens", 300)
+        prompt = as_sent(model.api, model.entry, Prompt(self._system(slot, made), fixed.turns, fixed.prefix))
+        key = (model.label, str(slot.variant), str(slot.trial), json.dumps([slot.point, made.identity], sort_keys=True))
+        if key not in self._fixed_tokens:
+            self._fixed_tokens[key] = self._prompt_tokens(model, prompt)
+        tokens, exact = self._fixed_tokens[key]
+        lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
+        home = min((n for n in lengths if tokens + reserve <= self._fit_target(model, n, reserve)), default=None)
+        if home is None and slot.length == max(lengths):
+            self.unplaced[model.label] = self.unplaced.get(model.label, 0) + 1
+        if home != slot.length:
+            return None
+        return self._generated_cell(slot, made, prompt, tokens, exact, made.expected, made.data, None)
+
+    def _prompt_tokens(self, model: Model, prompt: Prompt) -> tuple[int, bool]:
+        """A whole prompt's tokens as the model counts them — the provider's count where calibrate has it — and
+        whether the count is exact."""
+        if model.counter is not None:
+            known = model.counter.prompt(prompt)
+            if known is not None:
+                return known, True
+        tokenizer = model.tokenizer
+        texts = prompt.texts()
+        own = tokenizer.framing(len(texts), prompt.prefill is not None) + sum(tokenizer.own_count(t) for t in texts)
+        return tokenizer.scale(own), tokenizer.exact
+
+    def _generated_cell(
+        self,
+        slot: _Slot,
+        made: Draft,
+        prompt: Prompt,
+        tokens: int,
+        exact: bool,
+        expected: list[str],
+        data: dict[str, Any],
+        size: int | None,
+    ) -> Cell:
+        model = slot.model
+        reserve = slot.prompt.get("reserve_tokens", 300)
+        identity = self._identity(slot, made)
+        cid = cell_id(model, {"model": model.label, **identity})
+        request = None
+        if self.build_requests or model.counter is not None:
+            request = model.api.request_line(model.entry, cid, prompt, model.params, reserve)
+        length: dict[str, Any] = {"counted_by": model.tokenizer.name}
+        if model.counter is not None:
+            if exact:
+                length = {"counted_by": model.counter.known.counted_by}
+            else:
+                self.uncounted[model.label] = self.uncounted.get(model.label, 0) + 1
+        if not exact and model.tokenizer.margin:
+            length["margin"] = model.tokenizer.margin
+        target = self._fit_target(model, slot.length, reserve)
+        if not exact and target < slot.length:
+            length["fitted_to"] = target
+            self.capped[model.label] = self.capped.get(model.label, 0) + 1
+        texts = prompt.texts()
+        context = model.tokenizer.scale(sum(model.tokenizer.own_count(t.text) for t in prompt.turns))
+        record = {
+            "cell_id": cid,
+            "model": model.label,
+            "model_id": model.model_id,
+            "prompt": slot.variant,
+            "context_length": {
+                "target": slot.length,
+                "actual": tokens + reserve,
+                "prompt": tokens,
+                "haystack": context,
+                "o200k": chat_framing(len(texts)) + sum(encoding("o200k_base").count(t) for t in texts),
+                "characters": sum(len(t) for t in texts),
+                **length,
+            },
+            "tokens_exact": exact,
+            "depth": {"requested": identity.get("depth"), "actual": None},
+            "trial": slot.trial,
+            "repeat": identity.get("repeat"),
+            "item": identity.get("item"),
+            "needles": [],
+            "question": made.question,
+            "expected": expected,
+            "alternates": made.alternates,
+            "negative": made.negative,
+            "max_tokens": model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve)),
+            "haystack_uses": 0,
+            **self._task_fields(slot, made, data),
+            **({"size": size} if size is not None else {}),
+        }
+        return Cell(record, request, model)
+
+    # -- the record -----------------------------------------------------------------------------------------------
+
     def _cell(self, slot: _Slot, draft: _Draft, built: BuiltContext, counter: Counter | None = None) -> Cell:
         """The cell's record and request line; with ``counter``, its count is the provider's: the whole cell's
         where calibrate counted it, else the composed one (exact unless calibrate refuted composing)."""
@@ -561,10 +623,9 @@ class CellMaker:
                 self.far[model.label] = self.far.get(model.label, 0) + 1
         uses = self._uses(slot, built.span, cid)
         request = None
+        prompt = parts.prompt(built.user)
         if self.build_requests or counter is not None:
-            request = model.api.request_line(
-                model.entry, cid, parts.system, built.user, parts.prefill, model.params, reserve
-            )
+            request = model.api.request_line(model.entry, cid, prompt, model.params, reserve)
         tokens, exact, composed = built.tokens, model.tokenizer.exact, None
         length: dict[str, Any] = {"counted_by": model.tokenizer.name}
         if counter is not None:
@@ -584,16 +645,16 @@ class CellMaker:
                 self.capped[model.label] = self.capped.get(model.label, 0) + 1
         max_tokens = model.params.get("max_tokens", model.params.get("max_completion_tokens", reserve))
         extra: dict[str, Any] = {}
-        if draft.question_index is not None:
-            extra["question_index"] = draft.question_index
+        if draft.made.question_index is not None:
+            extra["question_index"] = draft.made.question_index
         opens_group = None
         if model.cache is not None:
             cut, opens_group = self._cache_cut(slot, draft, built, cid)
             if self.build_requests:
                 assert request is not None
-                request = model.api.shape_cache(request, built.user, cut)
+                request = model.api.shape_cache(request, prompt, cut)
             extra["cache"] = cut.record()
-        identity = draft.identity
+        identity, made = draft.identity, draft.made
         record = {
             "cell_id": cid,
             "model": model.label,
@@ -605,7 +666,7 @@ class CellMaker:
                 "prompt": tokens,
                 "haystack": built.haystack_tokens,
                 "o200k": self._reference_tokens(model, parts, built),
-                "characters": sum(len(t) for t in (parts.system, built.user, parts.prefill) if t is not None),
+                "characters": sum(len(t) for t in prompt.texts()),
                 **length,
             },
             "tokens_exact": exact,
@@ -614,15 +675,25 @@ class CellMaker:
             "repeat": identity.get("repeat"),
             "item": identity.get("item"),
             "needles": needles,
-            "question": draft.question,
-            "expected": draft.expected,
-            "alternates": draft.alternates,
-            "negative": "negative" in identity,
+            "question": made.question,
+            "expected": made.expected,
+            "alternates": made.alternates,
+            "negative": made.negative,
             "max_tokens": max_tokens,
             "haystack_uses": uses,
+            **self._task_fields(slot, made),
             **extra,
         }
         return Cell(record, request, model, composed, opens_group)
+
+    def _task_fields(self, slot: _Slot, made: Draft, data: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What a cell's record holds of its family beyond the fields every cell has: the values of its axes
+        that have no field of their own (and its `grid.params` point), and its data for the scorers (each only where
+        there is some)."""
+        axes = {a: made.identity[a] for a in self.family.axes if a in made.identity and a not in RECORDED_AXES}
+        axes.update(slot.point)
+        data = made.data if data is None else data
+        return {**({"axes": axes} if axes else {}), **({"data": data} if data else {})}
 
     def _cache_cut(
         self, slot: _Slot, draft: _Draft, built: BuiltContext, cid: str
@@ -632,7 +703,7 @@ class CellMaker:
         model, parts = slot.model, draft.parts
         assert model.cache is not None
         group = "\0".join([model.label, str(slot.variant), str(slot.trial)])
-        base = self._parts(slot.prompt, "")
+        base = self._parts(slot, "")
         opens = None if self.caching.known(group) else self._open_cache_group(slot, group, base)
         head = self._heads[group]
         scale = model.tokenizer.scale
@@ -642,7 +713,7 @@ class CellMaker:
         shares = begin == slot.start and (parts.system, parts.prefix) == (base.system, base.prefix)
         context_chars = len(built.user) - len(parts.suffix)
         context = cid
-        if self.per_context > 1:
+        if draft.made.question_index is not None:  # one of several questions asked of one context
             context = hashlib.sha256(f"{parts.system}\0{built.user[:context_chars]}".encode()).hexdigest()
         cell = CellPrefix(
             needle_tokens=scale(head + built.first_insert - begin),
@@ -651,7 +722,7 @@ class CellMaker:
             context=context,
             siblings_ahead=draft.siblings_ahead,
             first_insert=built.first_insert if shares else None,
-            forecast=self._forecast_insert(slot, draft.identity.get("depth"), "negative" in draft.identity, head),
+            forecast=self._forecast_insert(slot, draft.identity.get("depth"), draft.made.negative, head),
         )
         return self.caching.cut(model.cache, group, draft.control, cell), opens
 
@@ -662,9 +733,8 @@ class CellMaker:
         assert model.cache is not None
         head = self._heads[group] = fixed_tokens(model.tokenizer, base) + model.tokenizer.own_count(base.prefix)
         lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
-        per_depth = len(self.repeats) * self._stack_questions() if self.is_stack else self.per_context
-        forecast = [(self._forecast_insert(slot, d, False, head, n), per_depth) for n in lengths for d in self.depths]
-        forecast += [(self._forecast_insert(slot, None, True, head, n), self.negatives) for n in lengths]
+        plan = [step for _, task in self.tasks for step in task.depth_plan()]  # every point's cells share the group
+        forecast = [(self._forecast_insert(slot, d, d is None, head, n), cells) for n in lengths for d, cells in plan]
         ladder = None
         if model.cache.style.kind == "breakpoints":
             longest = max((self._haystack_room(slot, n, head) for n in lengths), default=0)
@@ -672,7 +742,7 @@ class CellMaker:
         self.caching.open(group, ladder, forecast)
         # a request is about its haystack's bytes, plus the JSON around it
         per_token = len(slot.tt.data) / max(1, slot.tt.n_tokens)
-        cells = per_depth * len(self.depths) + self.negatives
+        cells = sum(k for _, k in plan)
         size = sum(cells * (int(self._haystack_room(slot, n, head) * per_token * 1.02) + 1024) for n in lengths)
         return cells * len(lengths), size
 

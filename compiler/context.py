@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nspec.errors import CompileError
+from nspec.prompt import Prompt
 
 from .haystack import TokenizedText
 from .tokenizers import Tokenizer
@@ -45,6 +46,17 @@ class PromptParts:
     suffix: str  # user template after {haystack}
     prefill: str | None
     reserve: int
+
+    def prompt(self, user: str) -> Prompt:
+        """The request's prompt once the user message (prefix, haystack, suffix) is built."""
+        return Prompt.ask(self.system, user, self.prefill)
+
+    def folded(self) -> PromptParts:
+        """The parts for a model that cannot continue a prefill: the prefill ends the user message
+        (`nspec.prompt.Prompt.folded`)."""
+        if self.prefill is None:
+            return self
+        return replace(self, suffix=self.suffix + self.prefill, prefill=None)
 
 
 @dataclass(frozen=True)

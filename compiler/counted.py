@@ -156,7 +156,7 @@ class CountedSlot:
     def _totals(self, plans: list[CellPlan], b: int, e: int) -> tuple[int, list[int]] | None:
         """The skeleton's count on the span [b, e), and each cell's."""
         base = self.base
-        skeleton = self.counter.texts(base.system, base.prefix + self.tt.text(b, e) + base.suffix, base.prefill)
+        skeleton = self.counter.prompt(base.prompt(base.prefix + self.tt.text(b, e) + base.suffix))
         if skeleton is None:
             return None
         totals = []
@@ -188,8 +188,8 @@ class CountedSlot:
         pieces, _ = assemble_at(tt, x, mini_end, mini_positions, plan.inserts, texts, sizes, separator)
         parts, base = plan.parts, self.base
         user = parts.prefix + "".join(p if isinstance(p, str) else tt.text(*p) for p in pieces) + parts.suffix
-        with_cell = self.counter.texts(parts.system, user, parts.prefill)
-        without = self.counter.texts(base.system, base.prefix + tt.text(x, mini_end) + base.suffix, base.prefill)
+        with_cell = self.counter.prompt(parts.prompt(user))
+        without = self.counter.prompt(base.prompt(base.prefix + tt.text(x, mini_end) + base.suffix))
         if with_cell is None or without is None:
             return None
         return with_cell - without

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nspec.prompt import Prompt
 from nspec.providers import Provider
 
 COUNTS_VERSION = 1
@@ -104,9 +105,9 @@ class Counter:
         """Whether counts composed from skeletons and minis are a cell's count (not refuted by whole counts)."""
         return self.known.composition != "rejected"
 
-    def texts(self, system: str | None, user: str, prefill: str | None) -> int | None:
-        """The count of a request with these texts (and the model's parameters), or None when unknown."""
-        return self.line(self.api.request_line(self.entry, "count", system, user, prefill, self.params, 1))
+    def prompt(self, prompt: Prompt) -> int | None:
+        """The count of a request of ``prompt`` (with the model's parameters), or None when unknown."""
+        return self.line(self.api.request_line(self.entry, "count", prompt, self.params, 1))
 
     def line(self, line: Mapping[str, Any]) -> int | None:
         """The count of a request line (asked for when calibrating), or None when unknown."""

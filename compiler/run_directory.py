@@ -29,6 +29,7 @@ from .counts import CountsFile, Fetch
 from .haystack import HaystackSource, load_haystack
 from .judge_prompts import judge_prompt, judge_rubric
 from .prices import LANES, Lane, Usage, price_for, price_table
+from .tasks import registry
 from .tokenizers import encoding
 
 FORMAT_VERSION = 1
@@ -37,14 +38,16 @@ FORMAT_VERSION = 1
 DEFAULT_MAX_CELLS = 2_000_000
 
 
-def compile_hash(spec: dict[str, Any], source: HaystackSource, tokenizers: list[str]) -> str:
-    """The run's identity: the spec, the haystack, and how tokens were counted (a local model counts with its own
-    tokenizer only when the local engine is installed)."""
+def compile_hash(spec: dict[str, Any], source: HaystackSource, tokenizers: list[str], task: str | None = None) -> str:
+    """The run's identity: the spec, the haystack, how tokens were counted (a local model counts with its own
+    tokenizer only when the local engine is installed), and the version of the task family a spec names."""
     digest = hashlib.sha256()
     digest.update(f"nspec-format-{FORMAT_VERSION}\0".encode())
     digest.update(json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
     digest.update(f"\0haystack\0{source.digest}".encode())
     digest.update(f"\0tokenizers\0{' '.join(tokenizers)}".encode())
+    if task is not None:
+        digest.update(f"\0task\0{task}".encode())
     return digest.hexdigest()
 
 
@@ -241,12 +244,14 @@ class Plan:
     models: list[dict[str, Any]]
     fallbacks: list[dict[str, Any]]
     judges: list[dict[str, Any]] = field(default_factory=list)
+    task: dict[str, Any] | None = None  # the task family a spec names (none: its needles or stack)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "run_id": self.run_id,
             "compile_hash": self.compile_hash,
+            **({"task": self.task} if self.task is not None else {}),
             "haystack": self.haystack,
             "models": self.models,
             "judges": self.judges,
@@ -264,8 +269,10 @@ def prepare(
     fetch: dict[str, Fetch] | None = None,
 ) -> tuple[HaystackSource, CellMaker, str]:
     """The haystack, the cell maker (with ``counts``, and ``fetch`` to ask for missing ones: calibrate) and the
-    compile hash of a resolved spec, its grid checked against ``max_cells`` first."""
-    source = load_haystack(spec["haystack"], base_dir, confinement)
+    compile hash of a resolved spec, its grid checked against ``max_cells`` first. The haystack is read only for a
+    task family that places its content in one."""
+    needs = registry.family(registry.named(spec)).needs_haystack
+    source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
     maker = CellMaker(spec, source, counts, fetch)
     cells = maker.count()
     if cells > max_cells:
@@ -277,12 +284,25 @@ def prepare(
         m.tokenizer.name if m.counter is None else f"{m.counter.known.counted_by}:{m.counter.known.digest()}"
         for m in maker.models
     ]
-    return source, maker, compile_hash(spec, source, counted)
+    task = task_info(maker)
+    named = None if task is None else f"{task['name']} {task['version']}"
+    return maker.source, maker, compile_hash(spec, maker.source, counted, named)
+
+
+def task_info(maker: CellMaker) -> dict[str, Any] | None:
+    """The task family a spec names, as the manifest records it (None for a spec of needles or a stack)."""
+    if "task" not in maker.spec:
+        return None
+    family = maker.family
+    axes = [*family.axes, *registry.sweeps(maker.spec)]
+    return {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
 
 
 def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:
     """The haystack as compiled: its files (each with the most times one cell holds it), one pass of its sources in
     each encoding's tokens, and how many cells needed more than one pass."""
+    if not maker.fills:
+        return {"kind": "none"}  # the family generates its contexts or brings them whole
     use = maker.use
     info: dict[str, Any] = {
         "kind": source.kind,
@@ -343,6 +363,17 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
             if model.api.counts_tokens:
                 message += "; `nspec calibrate SPEC` counts them exactly (the provider's count-tokens endpoint is free)"
             out.append({"kind": "estimated_tokens", "model": label, "cells": capped, "message": message})
+        unplaced = maker.unplaced.get(label, 0)
+        if unplaced:
+            out.append(
+                {
+                    "kind": "unplaced",
+                    "model": label,
+                    "cells": unplaced,
+                    "message": f"{label}: {unplaced} of the task's prompts fit no grid length (with reserve_tokens); "
+                    "they have no cell: add a longer context length to run them",
+                }
+            )
         far = maker.far.get(label, 0)
         if far:
             out.append(
@@ -430,7 +461,8 @@ def plan(
         judges.add(cell)
     models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
     notes = fallbacks(source, maker, models) + left_out_notes(spec, maker.models)
-    return Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes, judges.as_list())
+    info = _haystack_info(source, maker)
+    return Plan(spec["name"], digest[:12], digest, info, models, notes, judges.as_list(), task_info(maker))
 
 
 class ShardWriter:
@@ -567,7 +599,9 @@ def _write(
     manifest = {
         "nspec_format": FORMAT_VERSION,
         "nspec_version": __version__,
-        **Plan(spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes).as_dict(),
+        **Plan(
+            spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes, [], task_info(maker)
+        ).as_dict(),
         "provenance": provenance,
         "totals": {
             "cells": sum(m["cells"] for m in models),

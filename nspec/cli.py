@@ -247,10 +247,14 @@ def plan(
     if dropped:
         console.print(f"{dropped} cells dropped: longer than their model's max_context (run.on_too_long: drop)")
     haystack = result["haystack"]
-    passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
-    console.print(
-        f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
-    )
+    if haystack["kind"] != "none":  # a task family that generates its contexts reads no haystack
+        passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
+        console.print(
+            f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
+        )
+    if "task" in result:
+        task = result["task"]
+        console.print(f"task: {task['name']} {task['version']}", markup=False)
     for note in result["fallbacks"]:
         console.print(Text.assemble(("note: ", "yellow"), note["message"]))
     for sent in sends:
@@ -687,7 +691,7 @@ def questions(
     from nspec.runners.grading.audit import ask_questions
 
     loaded = load_spec(spec, allow_path or ())
-    haystack = loaded.data["haystack"]
+    haystack = loaded.data.get("haystack", {})
     if "stack" not in haystack:
         raise UserError(f"{spec} has no stack haystack; questions are written for needlestack specs")
     source = load_haystack(haystack, loaded.base_dir, loaded.confinement)
@@ -908,8 +912,12 @@ def emulator(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: one the OS picks).")] = 8765,
     responder: Annotated[
-        str, typer.Option(help="What the models answer: oracle | echo | local (the local engine's model).")
+        str,
+        typer.Option(help="What the models answer: oracle | echo | cells (a run's expected answers) | local."),
     ] = "",
+    answers: Annotated[
+        str | None, typer.Option(help="A compiled run directory: answer its cells with their expected answers.")
+    ] = None,
     config: Annotated[str | None, typer.Option(help="Config file (YAML or JSON): timing, limits, faults.")] = None,
     state: Annotated[str | None, typer.Option(help="Folder that keeps batches and files across restarts.")] = None,
     realistic: Annotated[bool, typer.Option(help="Batch durations like a busy real service.")] = False,
@@ -921,6 +929,8 @@ def emulator(
     settings = load_config(config, realistic)
     if responder:
         settings.responder.kind = responder
+    if answers is not None:
+        settings.responder.kind, settings.responder.run = "cells", answers
     try:
         server = Emulator(settings, host, port, state)
     except OSError as exc:

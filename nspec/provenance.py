@@ -17,7 +17,7 @@ from nspec.spec.loader import counts_file
 def input_files(loaded: LoadedSpec) -> list[tuple[str, str]]:
     """(path, role) of every file a compile of ``loaded`` reads, roles: spec, include, haystack, stack, counts."""
     files = [(loaded.files[0], "spec"), *((f, "include") for f in loaded.files[1:])]
-    haystack = loaded.data["haystack"]
+    haystack = loaded.data.get("haystack", {})  # a task family that generates its contexts reads none
     if "files" in haystack:
         files += [(p, "haystack") for p in haystack_paths(haystack, loaded.base_dir, loaded.confinement)]
     if "stack" in haystack:

@@ -32,6 +32,7 @@ from nspec.errors import AuthenticationFailed, UserError
 if TYPE_CHECKING:
     from nspec.compiler.caching import CacheCut, CacheStyle
     from nspec.compiler.tokenizers import Tokenizer
+    from nspec.prompt import Prompt
 
 GROUP = "nspec.providers"
 OPENAI_CHAT = "openai"  # the request format of OpenAI's batch files, which vLLM's run-batch reads too
@@ -353,24 +354,25 @@ class Provider(Protocol):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        """The batch input line of one request to the model of ``entry`` (its entry in the resolved spec: the id,
+        """The batch input line of ``prompt`` to the model of ``entry`` (its entry in the resolved spec: the id,
         and settings such as `endpoint`), with ``params`` (the entry's, or a judge's) and an answer budget of
-        ``max_tokens`` unless the params set one: exactly what is uploaded (and what a live call sends)."""
+        ``max_tokens`` unless the params set one: exactly what is uploaded (and what a live call sends). Every
+        turn of a conversation is sent; a prefill the model cannot continue goes at the end of the last user turn
+        (`as_sent`)."""
         ...
 
     def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle | None:
         """How the provider caches the prompts of the entry's model (None: nspec shapes nothing for it)."""
         ...
 
-    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
-        """One of its request lines, whose user message is ``user``, shaped by ``cut``: the message split into
-        blocks at the cut's boundaries and marked at its breakpoints, or the group's cache key added. Pure."""
+    def shape_cache(self, line: dict[str, Any], prompt: Prompt, cut: CacheCut) -> dict[str, Any]:
+        """One of its request lines, of ``prompt`` (as sent), shaped by ``cut``: the first turn (the one that holds
+        the context) split into blocks at the cut's boundaries and marked at its breakpoints, or the group's cache
+        key added. Pure."""
         ...
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
@@ -404,6 +406,13 @@ class Provider(Protocol):
         ...
 
     def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders: ...
+
+
+def as_sent(api: Provider, entry: Mapping[str, Any], prompt: Prompt) -> Prompt:
+    """``prompt`` as the entry's model gets it: a prefill it cannot continue appended to the last user turn."""
+    if prompt.prefill is None or api.takes_prefill(entry):
+        return prompt
+    return prompt.folded()
 
 
 def request_id(line: Mapping[str, Any]) -> str:

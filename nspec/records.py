@@ -55,6 +55,9 @@ class CellRecord(TypedDict):
     shard: str
     cache: NotRequired[dict[str, Any]]
     question_index: NotRequired[int]
+    axes: NotRequired[dict[str, Any]]  # the family's axes without a field of their own, and the grid.params point
+    data: NotRequired[dict[str, Any]]  # the family's data, for scorers and the report
+    size: NotRequired[int]  # a Sized context's size
 
 
 class Usage(TypedDict):
@@ -147,6 +150,7 @@ class Manifest(TypedDict):
     name: str
     run_id: str
     compile_hash: str
+    task: NotRequired[dict[str, Any]]  # the task family a spec names
     haystack: dict[str, Any]
     models: list[ModelManifest]
     judges: list[dict[str, Any]]

@@ -84,9 +84,9 @@ class Toy(BaseProvider):
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(10_000, 1 << 24)
 
-    def request_line(self, entry, custom_id, system, user, prefill, params, max_tokens):
-        prompt = "\\n\\n".join(part for part in (system, user, prefill) if part)
-        body = {"model": model_name(entry), "prompt": prompt, "max_tokens": max_tokens, **params}
+    def request_line(self, entry, custom_id, prompt, params, max_tokens):
+        text = "\\n\\n".join(prompt.texts())
+        body = {"model": model_name(entry), "prompt": text, "max_tokens": max_tokens, **params}
         return {"custom_id": custom_id, "body": body}
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:

@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from nspec.compiler.run_directory import compile_run
+from nspec.prompt import Prompt
 from nspec.runners.emulator.config import Responder
 from nspec.runners.emulator.generation import (
     anthropic_message,
@@ -305,9 +306,9 @@ def test_nspec_sends_the_anthropic_version_its_rules_follow(make_emulator):  # n
 def test_claude_lines_take_the_specs_answer_budget():
     entry = {"id": "anthropic/claude-haiku-4-5"}
     for params in ({"max_tokens": 20}, {"max_completion_tokens": 20}):
-        line = ANTHROPIC.request_line(entry, "c", None, "u", None, params, 50)
+        line = ANTHROPIC.request_line(entry, "c", Prompt.ask(None, "u"), params, 50)
         assert line["params"]["max_tokens"] == 20 and set(line["params"]) == {"model", "max_tokens", "messages"}
-    left_out = ANTHROPIC.request_line(entry, "c", None, "u", None, {"temperature": None}, 50)
+    left_out = ANTHROPIC.request_line(entry, "c", Prompt.ask(None, "u"), {"temperature": None}, 50)
     assert "temperature" not in left_out["params"] and left_out["params"]["max_tokens"] == 50
 
 

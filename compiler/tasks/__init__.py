@@ -1,1 +1,178 @@
-"""Task families: each turns a spec's parameters, seeded draws and a target length into cells."""
+"""Task families: each turns a spec's parameters, seeded draws and a target length into drafts of cells.
+
+A family is one module behind one small interface (`Family`): given the spec (its parameters at one point of
+`grid.params`, the haystack it reads, if any), it makes a `Task`, which yields the drafts of one slot — one model,
+prompt variant, context length and trial — each with its identity (what makes its cell id), its question, expected
+answers, data for the scorers and the report, and its context, in one of three kinds:
+
+- `Fill`: the haystack cut to the length with inserts at depths (needles, stack items) — the framework fits it to
+  the model's tokens exactly (`compiler.context`);
+- `Sized`: a pure `build(size)`, monotone in the size; the framework finds the largest size on the family's step whose
+  prompt and answer budget fit the length in the model's tokens (RULER's way: `largest_fitting`);
+- `Fixed`: a prompt the family brings whole (a dataset row, a conversation), placed at the smallest grid length it
+  fits.
+
+Everything after the draft — fitting, request lines, caching, sharding, running, grading, reports — is one code path
+for every family (`compiler.cells`). The built-in families are `needle` (`tasks.needle`) and `stack`
+(`tasks.stack`); others come from installed packages through the `nspec.tasks` entry-point group
+(`tasks.registry`), never from code a spec names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nspec.prompt import Turn
+
+from ..context import Insert
+from ..draws import Draws
+
+if TYPE_CHECKING:
+    from ..haystack import HaystackSource
+    from .ruler.base import Built  # what a sized build returns (RULER's generators return it too)
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A haystack cut to the cell's length, with ``inserts`` at their depths; ``needles`` describe them, one record
+    per insert (id, index, role, text, depth_requested), and get each insert's actual depth once it is placed."""
+
+    inserts: list[Insert]
+    needles: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Sized:
+    """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. The cell gets the
+    largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.text`` as the user turn, its answer prefix
+    as the prefill — plus the answer budget fits the length."""
+
+    build: Callable[[int], Built]
+    step: int = 1
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A prompt the family brings whole: ``turns`` (user and assistant alternating, ending with a user turn) and
+    an answer ``prefix`` for the model to continue. Its cell is made at the smallest grid length it fits; one that
+    fits none is dropped and counted (the manifest's fallbacks say so)."""
+
+    turns: tuple[Turn, ...]
+    prefix: str | None = None
+
+
+@dataclass
+class Draft:
+    """A cell before its context is fitted.
+
+    ``identity`` holds the family's keys of the cell (depth, item, hops, ...): with the model, prompt variant,
+    length, trial and grid.params point it makes the cell id, so it must tell apart every cell of a slot and never
+    change for the same cell. ``expected`` are the answers the scorers look for (all of them, where the scorer says
+    so: `string_match_all`, several needles' values), ``alternates`` other accepted answers; ``data`` is the
+    family's per-cell data for scorers (`GradeInput.data`) and the report. A `Sized` draft's expected answers and
+    data come from what its build gives, added to these.
+    """
+
+    identity: dict[str, Any]
+    context: Fill | Sized | Fixed
+    question: str
+    expected: list[str] = field(default_factory=list)
+    alternates: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    negative: bool = False  # a control with nothing to find: the right answer is "not found"
+    # Several questions asked of one context (Fill): how many of them are still to come after this one, and which
+    # of the context's questions this is (None: the only one).
+    siblings_ahead: int = 0
+    question_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a family's task is made from: the resolved spec (read only), the family's parameters at one point of
+    `grid.params`, and the haystack when the family reads one."""
+
+    spec: Mapping[str, Any]
+    params: Mapping[str, Any]
+    source: HaystackSource | None
+    seed: int
+
+    @property
+    def grid(self) -> Mapping[str, Any]:
+        grid: Mapping[str, Any] = self.spec["grid"]
+        return grid
+
+    @property
+    def negatives(self) -> int:
+        """Negative controls per slot (`grid.negative_controls`)."""
+        said = self.grid.get("negative_controls", False)
+        return int(said) if not isinstance(said, bool) else (1 if said else 0)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What every cell of one model, prompt variant, length and trial shares, as a family sees it."""
+
+    variant: str | None
+    length: int
+    trial: int
+    seed: int
+
+    def draws(self, *key: Any) -> Draws:
+        """The seeded random stream of ``key`` (with the spec's seed): the same key, the same draws, forever."""
+        return Draws(self.seed, *key)
+
+
+class Task(Protocol):
+    """A family bound to one spec and one point of its parameters."""
+
+    def cells(self, lengths: Sequence[int]) -> int:
+        """How many drafts one model, prompt variant and trial get over ``lengths``, by arithmetic (nothing is
+        built): what the cell cap is checked against before any work."""
+        ...
+
+    def drafts(self, slot: Slot) -> Iterator[Draft]:
+        """The drafts of one slot, in a fixed order; the questions asked of one context (Fill) one after another."""
+        ...
+
+    def depth_plan(self) -> list[tuple[float | None, int]]:
+        """Fill tasks: the depth of each slot's first insert and how many cells put it there (None: cells without
+        an insert), so the prompt cache can be planned before the cells are made. Others: []."""
+        ...
+
+
+class Family(Protocol):
+    """A kind of task, found by name in the registry (`tasks.registry`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str:
+        """Enters the compile hash of a spec that names the family: a family that changes what it makes says so."""
+        ...
+
+    @property
+    def params_schema(self) -> Mapping[str, Any]:
+        """The JSON Schema of its `task.params` (draft 2020-12); errors are located like the spec's own."""
+        ...
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """Keys of its drafts' identities the report groups by (besides model and length); `grid.params` sweeps are
+        axes too."""
+        ...
+
+    @property
+    def needs_haystack(self) -> bool:
+        """Whether its drafts are `Fill` (a haystack, needles or stack items); otherwise `Sized` or `Fixed`."""
+        ...
+
+    @property
+    def default_scoring(self) -> Sequence[Mapping[str, Any]]:
+        """The scorers of a spec that names none (e.g. `[{string_match_all: {}}]` for RULER's tasks)."""
+        ...
+
+    def task(self, setup: Setup) -> Task: ...

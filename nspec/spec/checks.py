@@ -18,13 +18,24 @@ from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
+from nspec.compiler.tasks import Family, registry
 from nspec.errors import SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
 from nspec.providers import Provider, key_destination_problem, names, provider
+from nspec.spec.schema import params_issues
 from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
 
 PROMPT_FIELDS = ("system", "user", "prefill")
+# What only a family that fills a haystack reads.
+HAYSTACK_KEYS: tuple[tuple[str, ...], ...] = (
+    ("haystack",),
+    ("needles",),
+    ("placement",),
+    ("grid", "depths"),
+    ("grid", "repeats"),
+    ("grid", "questions_per_context"),
+)
 # Request fields nspec sets itself; a spec setting them in `params` would silently change the experiment.
 RESERVED_PARAMS = ("model", "messages", "system", "stream", "n")
 
@@ -46,6 +57,7 @@ class _Checker:
         self.invalid = {issue.path for issue in schema_issues}
         self.confinement = confinement
         self.top_file = top_file
+        self.family: Family | None = None  # the spec's task family, once known
 
     def valid(self, path: Path) -> bool:
         """Whether the schema found nothing wrong at or under ``path``: values there have their declared types
@@ -74,6 +86,7 @@ class _Checker:
     # -- sections ------------------------------------------------------------------------------------------------
 
     def run(self) -> list[SpecIssue]:
+        self.task()
         self.prompts()
         self.haystack_and_needles()
         self.grid()
@@ -98,11 +111,97 @@ class _Checker:
                 if isinstance(model, dict):
                     yield ("models", i), model
 
+    def task(self) -> None:
+        """The task family: installed, its parameters valid against its schema (each value `grid.params` sweeps
+        too), and the sections it reads present, those it does not read absent."""
+        task = self.data.get("task")
+        if not self.valid(("task",)):
+            return
+        name = registry.named(self.data)
+        try:
+            family = registry.family(name)
+        except UserError as exc:
+            self.error(("task", "name") if isinstance(task, dict) else ("task",), str(exc))
+            return
+        self.family = family
+        schema = family.params_schema
+        given = task.get("params", {}) if isinstance(task, dict) else {}
+        grid = self.data.get("grid")
+        swept = grid.get("params") if isinstance(grid, dict) and self.valid(("grid", "params")) else None
+        swept = swept if isinstance(swept, dict) else {}
+        known = schema.get("properties", {})
+        closed = schema.get("additionalProperties") is False
+        checked = {}
+        for key, values in swept.items():
+            if closed and key not in known:
+                hint = f"; its parameters are {', '.join(sorted(known))}" if known else "; it takes none"
+                self.error(
+                    ("grid", "params", key), f"unknown parameter {key!r} of the {name} task family{hint}", at_key=True
+                )
+                continue
+            checked[key] = values
+            for i, value in enumerate(values if key in known else ()):
+                self.issues += params_issues(value, known[key], self.source, ("grid", "params", key, i))
+        # The parameters with each sweep at its first value: what is required, and every parameter not swept.
+        whole = {**given, **{k: v[0] for k, v in checked.items()}}
+        at: Path = ("task", "params") if isinstance(task, dict) and "params" in task else ("task",)
+        self.issues += [
+            issue
+            for issue in params_issues(whole, schema, self.source, at)
+            if not any(issue.path.startswith(format_path((*at, k))) for k in checked)
+        ]
+        if family.needs_haystack:
+            self.haystack_sections(family)
+        else:
+            self.no_haystack_sections(family)
+
+    def haystack_sections(self, family: Family) -> None:
+        """What a family that fills a haystack needs: the haystack, its depths, a prompt with a user template."""
+        if "haystack" not in self.data:
+            self.error((), "missing required key 'haystack' at the top of the spec", at_key=True)
+        grid = self.data.get("grid")
+        if isinstance(grid, dict) and "depths" not in grid:
+            self.error(("grid",), "missing required key 'depths' in `grid`", at_key=True)
+        for path, entry in self.prompt_entries():
+            if "user" not in entry:
+                self.error(path, f"missing required key 'user' in `{format_path(path)}`", at_key=True)
+        haystack = self.data.get("haystack")
+        is_stack = isinstance(haystack, dict) and "stack" in haystack
+        if family.name == "stack" and isinstance(haystack, dict) and not is_stack:
+            self.error(("haystack",), "the stack task family reads a `stack` haystack (haystack: {stack: ...})")
+        if family.name == "needle" and is_stack:
+            self.error(
+                ("task",), "the needle task family hides needles in text; a `stack` haystack is the stack family's"
+            )
+
+    def no_haystack_sections(self, family: Family) -> None:
+        """A family that generates its contexts or brings them whole reads no haystack, and writes the user turn."""
+        for keys in HAYSTACK_KEYS:
+            parent = self.data.get(keys[0]) if len(keys) > 1 else self.data
+            if isinstance(parent, dict) and keys[-1] in parent:
+                self.error(
+                    keys,
+                    f"`{keys[-1]}` does not apply to the {family.name} task family (it reads no haystack): remove it",
+                    at_key=True,
+                )
+        overrides = [
+            ((*p, "prompt"), m["prompt"]) for p, m in self.model_entries() if isinstance(m.get("prompt"), dict)
+        ]
+        for path, entry in [*self.prompt_entries(), *overrides]:
+            for key in ("user", "prefill"):
+                if key in entry:
+                    self.error(
+                        (*path, key),
+                        f"the {family.name} task family writes the user turn and its answer prefix: `prompt` takes "
+                        "`system` and `reserve_tokens` here",
+                        at_key=True,
+                    )
+
     def prompts(self) -> None:
         has_one, has_many = "prompt" in self.data, "prompts" in self.data
         if has_one and has_many:
             self.error(("prompts",), "give either `prompt` or `prompts`, not both", at_key=True)
-        elif not has_one and not has_many:
+        elif not has_one and not has_many and (self.family is None or self.family.needs_haystack):
             self.error((), "missing `prompt` (or `prompts`, a list of named variants): how cells are put to models")
         names: dict[str, Path] = {}
         for path, entry in self.prompt_entries():
@@ -159,7 +258,8 @@ class _Checker:
                 "a `stack` haystack takes its questions from stack.questions; remove `needles`",
                 at_key=True,
             )
-        if isinstance(haystack, dict) and not is_stack and needles is None:
+        needle = self.family is not None and self.family.name == "needle"
+        if needle and isinstance(haystack, dict) and not is_stack and needles is None:
             self.error((), "missing `needles`: what to hide in the haystack")
         repeats = self.data.get("grid", {}).get("repeats") if isinstance(self.data.get("grid"), dict) else None
         if repeats is not None and isinstance(haystack, dict) and not is_stack:

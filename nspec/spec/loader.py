@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 
 from nspec.compiler.counts import COUNTS_SUFFIX, CountsFile
 from nspec.compiler.judge_prompts import judge_prompt
+from nspec.compiler.tasks import registry
 from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
 from nspec.providers import provider
@@ -68,6 +69,8 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
         raise SpecError(issues)
     _imply_judge_rubric(data)
     resolved = fill_defaults(data)
+    if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
+        resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
     counts = load_counts(file)
     return LoadedSpec(file, resolved, source, files, checks.warnings(data, source), confinement, counts)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path as FsPath
 from typing import Any
@@ -53,8 +54,17 @@ def schema_issues(data: Any, source: SourceMap) -> list[SpecIssue]:
     return list(unique.values())
 
 
-def _translate(error: ValidationError, source: SourceMap) -> list[SpecIssue]:
-    path: Path = tuple(error.absolute_path)
+def params_issues(data: Any, schema: Mapping[str, Any], source: SourceMap, at: Path) -> list[SpecIssue]:
+    """Every violation of ``schema`` (a task family's parameters, or one of them) in ``data``, which stands at
+    ``at`` in the spec: located like the spec's own. A family's schema is self-contained (no `$ref`)."""
+    issues: list[SpecIssue] = []
+    for error in Draft202012Validator(schema).iter_errors(data):
+        issues.extend(_translate(error, source, at))
+    return list({(i.location, i.path, i.message): i for i in issues}.values())
+
+
+def _translate(error: ValidationError, source: SourceMap, prefix: Path = ()) -> list[SpecIssue]:
+    path: Path = (*prefix, *error.absolute_path)
     kind, value, schema = error.validator, error.instance, error.schema
 
     def at(message: str, where: Path = path, key: bool = False) -> SpecIssue:
@@ -71,7 +81,7 @@ def _translate(error: ValidationError, source: SourceMap) -> list[SpecIssue]:
         where = "at the top of the spec" if not path else f"in `{format_path(path)}`"
         return [at(f"missing required key {k!r} {where}", key=True) for k in missing]
     if kind in ("oneOf", "anyOf"):
-        return _translate_choice(error, source, path, at)
+        return _translate_choice(error, source, path, at, prefix)
     if kind == "type":
         return [at(_type_message(error.validator_value, value, source.raw.get(path)))]
     if kind == "const":
@@ -113,7 +123,9 @@ def _translate(error: ValidationError, source: SourceMap) -> list[SpecIssue]:
     return [at(error.message)]
 
 
-def _translate_choice(error: ValidationError, source: SourceMap, path: Path, at: Any) -> list[SpecIssue]:
+def _translate_choice(
+    error: ValidationError, source: SourceMap, path: Path, at: Any, prefix: Path = ()
+) -> list[SpecIssue]:
     """oneOf/anyOf: either "exactly one of these keys", or the errors of the branch the value was meant for."""
     branches: list[dict[str, Any]] = error.validator_value
     value = error.instance
@@ -139,7 +151,7 @@ def _translate_choice(error: ValidationError, source: SourceMap, path: Path, at:
     if len(fitting) == 1:
         out: list[SpecIssue] = []
         for sub in fitting[0]:
-            out.extend(_translate(sub, source))
+            out.extend(_translate(sub, source, prefix))
         return out
     expected = " or ".join(_describe(b) for b in branches)
     return [at(f"must be {expected}{_got(value, source, path)}{_explain(value, source, path)}")]

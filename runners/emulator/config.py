@@ -74,8 +74,9 @@ class JudgeFaults:
 
 @dataclass
 class Responder:
-    kind: str = "oracle"  # oracle | echo | local
+    kind: str = "oracle"  # oracle | echo | cells | local
     model: str = "gemma-3-270m"  # the local engine's model, for `local`
+    run: str = ""  # the compiled run directory whose cells `cells` answers from
     not_found: str = "UNANSWERABLE: the context does not contain the answer."
     degrade: Degrade = field(default_factory=Degrade)
     judge: JudgeFaults = field(default_factory=JudgeFaults)

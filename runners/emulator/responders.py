@@ -4,6 +4,10 @@
   question's content words, and replies with it (all of them on a tie, as multi-value questions have several); with
   no good match it replies `not_found`. Deterministic, and it can be told to degrade.
 - `echo` replies with the end of the last user message.
+- `cells` replies from a compiled run's cells.jsonl: a cell's expected answers (the `not_found` reply for a negative
+  control), found by its custom_id in a batch and by its last user message in a live call; whatever is not one of
+  its cells (a judge's prompt) the oracle answers. Every task family runs end to end offline with it; `degrade:
+  {miss_rate}` makes it miss a seeded share of the cells.
 - `local` replies with the local engine's model (greedy, within the request's max_tokens): real answers on the
   batch and live paths. It answers as fast as the model runs, seconds per long prompt, while the route waits.
 """
@@ -12,12 +16,16 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nspec.compiler.judge_prompts import ANSWER_CLOSE, ANSWER_OPEN, NO_ANSWER
+from nspec.errors import UserError
 from nspec.providers import message_text
 from nspec.runners.emulator.config import Responder as ResponderConfig
 
@@ -270,7 +278,73 @@ class LocalModel:
         return Reply(completion["choices"][0]["message"]["content"], True)
 
 
-Responder = Oracle | Echo | LocalModel
+class Recorded:
+    """The answers a compiled run expects (its cells.jsonl), by request id or by the request's last user message."""
+
+    def __init__(self, config: ResponderConfig, oracle: Oracle) -> None:
+        self.config = config
+        self.oracle = oracle
+        self._answers: dict[str, str] | None = None  # cell id → reply
+        self._by_prompt: dict[str, str] = {}  # digest of a request's last user message → cell id
+
+    def answer(
+        self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int, model: str = ""
+    ) -> Reply:
+        answers = self._load()
+        cid = key.removeprefix("batch:") if key.startswith("batch:") else None
+        if cid not in answers:
+            users = [message_text(m.get("content")) for m in messages if m.get("role") == "user"]
+            cid = self._by_prompt.get(_digest(users[-1])) if users else None
+        if cid is None or cid not in answers:
+            return self.oracle.answer(system, messages, key, max_tokens, model)
+        miss = self.config.degrade.miss_rate
+        if miss and _unit(self.oracle.seed, cid) < miss:  # drawn per cell, so a batch and a live call agree
+            return Reply(self.config.not_found, False)
+        return Reply(answers[cid], answers[cid] != self.config.not_found)
+
+    def _load(self) -> dict[str, str]:
+        """Read the run's cells and request files once, at the first request."""
+        if self._answers is not None:
+            return self._answers
+        run = Path(self.config.run)
+        if not (run / "cells.jsonl").is_file():
+            raise UserError(f"the cells responder reads a compiled run directory; {run} has no cells.jsonl")
+        answers: dict[str, str] = {}
+        shards: set[str] = set()
+        with open(run / "cells.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                cell = json.loads(line)
+                expected = cell["expected"]
+                negative = cell["negative"] or not expected
+                answers[cell["cell_id"]] = self.config.not_found if negative else ", ".join(expected)
+                shards.add(cell["shard"])
+        for shard in sorted(shards):
+            with open(run / shard, encoding="utf-8") as fh:
+                for line in fh:
+                    request = json.loads(line)
+                    text = _last_user(request)
+                    if text is not None:
+                        self._by_prompt[_digest(text)] = str(request.get("custom_id", request.get("key")))
+        self._answers = answers
+        return answers
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _last_user(line: Mapping[str, Any]) -> str | None:
+    """The last user message of a request line, in any provider's format (OpenAI's chat or Responses, Anthropic's,
+    Gemini's, Mistral's, Together's)."""
+    body = line.get("body") or line.get("params") or line.get("request") or {}
+    messages = body.get("messages") or body.get("input") or body.get("contents")
+    if not isinstance(messages, list):
+        return None
+    users = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+    return message_text(users[-1].get("content", users[-1].get("parts"))) if users else None
+
+
+Responder = Oracle | Echo | LocalModel | Recorded
 
 
 def _unit(seed: int, key: str) -> float:
@@ -281,10 +355,12 @@ def _unit(seed: int, key: str) -> float:
 def make_responder(config: ResponderConfig, seed: int, count_tokens: Any) -> Responder:
     if config.kind == "oracle":
         return Oracle(config, seed, count_tokens)
+    if config.kind == "cells":
+        if not config.run:
+            raise UserError("the cells responder needs the run directory it answers from (responder.run, or --answers)")
+        return Recorded(config, Oracle(config, seed, count_tokens))
     if config.kind == "echo":
         return Echo()
     if config.kind == "local":
         return LocalModel(config.model)
-    from nspec.errors import UserError
-
-    raise UserError(f"unknown responder {config.kind!r}; choose oracle, echo or local")
+    raise UserError(f"unknown responder {config.kind!r}; choose oracle, echo, cells or local")

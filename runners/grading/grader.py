@@ -3,6 +3,10 @@
 `nspec score` grades every cell through `scorer_verdicts`, the function `grade()` is built on, so an answer graded in
 a notebook and the same answer in a run always get the same verdict.
 
+A scorer is `(answer, GradeInput, options) -> Verdict`: it sees the cell's expected answers, alternates, question,
+needle and its task family's data, and returns a verdict with a score in [0, 1] (continuous where its metric is:
+RULER's `string_match_all` gives the share found) and a pass at its threshold.
+
 Accepted answers are alternatives, each a tuple of values that must all be given: `("Paris",), ("the capital",)`
 accepts either; `("111", "222")` needs both (a multi-value cell). An empty set of alternatives means the context
 does not hold the answer (a negative control): the right reply says so and invents nothing.
@@ -13,7 +17,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nspec.errors import UserError
@@ -48,6 +52,40 @@ class Verdict:
         return {"scorer": self.scorer, "verdict": self.verdict, "reason": self.reason, "score": self.score}
 
 
+@dataclass(frozen=True)
+class GradeInput:
+    """What a scorer sees of one cell: its expected answers (all of them required where there are several), other
+    accepted answers, the question, the text of the needle it is about, and its task family's data."""
+
+    expected: tuple[str, ...]
+    alternates: tuple[str, ...] = ()
+    question: str | None = None
+    needle: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cell: Mapping[str, Any]) -> GradeInput:
+        """A cell of cells.jsonl, as its scorers see it."""
+        return cls(
+            tuple(cell["expected"]),
+            tuple(cell.get("alternates", [])),
+            cell.get("question"),
+            needle_text(cell),
+            cell.get("data", {}),
+        )
+
+    @property
+    def accepted(self) -> Accepted:
+        """The accepted answers: the expected answer or any alternate; every value when it expects several (a
+        multi-value or multi-query cell, whose alternates belong to single needles and are shown to judges only)."""
+        if len(self.expected) > 1:
+            return (self.expected,)
+        return tuple((a,) for a in dict.fromkeys((*self.expected, *self.alternates)))
+
+
+Scorer = Callable[[str, GradeInput, Any], Verdict]
+
+
 def grade(
     answer: str,
     *,
@@ -56,6 +94,7 @@ def grade(
     needle: str | None = None,
     scoring: Sequence[Mapping[str, Any]] | None = None,
     require: Literal["any", "all"] = "any",
+    data: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """Grade one answer exactly as ``nspec score`` would.
 
@@ -68,6 +107,7 @@ def grade(
       cascade, ``[{"auto": True}]``. The first scorer that decides gives the verdict. A `judge` entry is skipped:
       grading here never calls a model, so what a run would send to judges comes back "undecided".
     - ``require="all"``: every expected answer must be given (a multi-value question); the score is the share given.
+    - ``data``: the cell's task-family data, for scorers that read it.
 
     >>> grade("By composing a morose epicedium.", expected=["He composed an epicedium"],
     ...       question="What did the bard do?").verdict
@@ -76,17 +116,9 @@ def grade(
     if isinstance(expected, str):
         raise UserError("expected must be a list of accepted answers, e.g. expected=['Paris']")
     values = tuple(str(e) for e in expected)
-    accepted: Accepted = ((values,) if values else ()) if require == "all" else tuple((v,) for v in values)
-    return decide(scorer_verdicts(answer, accepted, question, needle, scoring))
-
-
-def accepted_answers(cell: Mapping[str, Any]) -> Accepted:
-    """A cell's accepted answers: its expected answer or any alternate; every value when it expects several (a
-    multi-value or multi-query cell, whose alternates belong to single needles and are shown to judges only)."""
-    expected = tuple(cell["expected"])
-    if len(expected) > 1:
-        return (expected,)
-    return tuple((a,) for a in dict.fromkeys((*expected, *cell.get("alternates", []))))
+    given = values if require == "all" else values[:1]
+    inp = GradeInput(given, () if require == "all" else values[1:], question, needle, data or {})
+    return decide(scorer_verdicts(answer, inp, scoring))
 
 
 def needle_text(cell: Mapping[str, Any]) -> str | None:
@@ -103,23 +135,17 @@ def decide(verdicts: Sequence[Verdict]) -> Verdict:
     return verdicts[0] if verdicts else Verdict("undecided", "none", "no scorer")
 
 
-def scorer_verdicts(
-    answer: str,
-    accepted: Accepted,
-    question: str | None,
-    needle: str | None,
-    scoring: Sequence[Mapping[str, Any]] | None,
-) -> list[Verdict]:
+def scorer_verdicts(answer: str, inp: GradeInput, scoring: Sequence[Mapping[str, Any]] | None) -> list[Verdict]:
     """Every scorer's verdict, in the order of ``scoring`` (judges excluded); one verdict for a negative control."""
     entries = [dict(e) for e in (DEFAULT_SCORING if scoring is None else scoring)]
     check_scoring(entries)
-    if not accepted:
-        return [negative(answer, question, _not_found_phrases(entries))]
+    if not inp.accepted:
+        return [negative(answer, inp.question, _not_found_phrases(entries))]
     out = []
     for entry in entries:
         ((kind, options),) = entry.items()
         if kind != "judge":
-            out.append(SCORERS[kind](answer, accepted, options, question, needle))
+            out.append(SCORERS[kind](answer, inp, options))
     return out
 
 
@@ -178,7 +204,8 @@ def _best_share(accepted: Accepted, hit: Callable[[str], bool]) -> tuple[float, 
 
 
 def _text_match(kind: str) -> Callable[..., Verdict]:
-    def scorer(answer: str, accepted: Accepted, spec: Any, question: str | None, needle: str | None) -> Verdict:
+    def scorer(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+        accepted = inp.accepted
         opts = _options(spec)
         norm, template = opts.get("normalize"), opts.get("value", "{answer}")
         got = normalize(answer, norm)
@@ -201,7 +228,8 @@ def _text_match(kind: str) -> Callable[..., Verdict]:
     return scorer
 
 
-def _regex(answer: str, accepted: Accepted, spec: Any, question: str | None, needle: str | None) -> Verdict:
+def _regex(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    accepted = inp.accepted
     pattern = spec if isinstance(spec, str) else spec["pattern"]
     flags = re.IGNORECASE if (not isinstance(spec, dict) or spec.get("ignore_case", True)) else 0
     if "{answer}" in pattern:
@@ -219,7 +247,8 @@ def _regex(answer: str, accepted: Accepted, spec: Any, question: str | None, nee
     )
 
 
-def _number(answer: str, accepted: Accepted, spec: Any, question: str | None, needle: str | None) -> Verdict:
+def _number(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    accepted = inp.accepted
     tolerance = float(_options(spec).get("tolerance", 0))
     numbers = [float(n.replace(",", "")) for n in _NUMBER.findall(answer)]
     targets: list[list[float]] = []
@@ -241,7 +270,8 @@ def _number(answer: str, accepted: Accepted, spec: Any, question: str | None, ne
     )
 
 
-def _rails(answer: str, accepted: Accepted, spec: Any, question: str | None, needle: str | None) -> Verdict:
+def _rails(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    accepted = inp.accepted
     opts = _options(spec)
     norm = opts.get("normalize")
     got = normalize(answer, norm)
@@ -294,9 +324,10 @@ def _plain(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", normalize(text, {"punctuation": True})).split())
 
 
-def _auto(answer: str, accepted: Accepted, spec: Any, question: str | None, needle: str | None) -> Verdict:
+def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     """The default cascade for free-text answers: decide what a careful judge would decide the same way, and say
     "undecided" otherwise. See docs/scoring.md for each step and its measured accuracy."""
+    accepted, question, needle = inp.accepted, inp.question, inp.needle
     reading = freetext.read(answer, needle)
     if not freetext.words(answer):
         return _fail("the answer is empty")
@@ -477,7 +508,41 @@ def _polar(reading: freetext.Reading, value: str, polar: str, asked: set[str]) -
     return Verdict("pass", "auto", f"answers {polar}", 1.0)
 
 
-SCORERS: dict[str, Callable[[str, Accepted, Any, str | None, str | None], Verdict]] = {
+# -- RULER's metrics (NVIDIA/RULER scripts/eval/synthetic/constants.py and evaluate.py), per answer --------------
+
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def _ruler_prediction(answer: str) -> str:
+    """RULER's `postprocess_pred`: stripped, every control character a line break, stripped again."""
+    return _CONTROL.sub("\n", answer.strip()).strip()
+
+
+def _ruler_found(reference: str, prediction: str) -> float:
+    return 1.0 if reference.lower() in prediction.lower() else 0.0
+
+
+def _string_match_all(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """RULER's `string_match_all`: the share of the expected strings the answer holds (case-insensitive
+    substrings); a pass when all are there (or the share reaches `threshold`)."""
+    prediction = _ruler_prediction(answer)
+    found = sum(_ruler_found(r, prediction) for r in inp.expected)
+    score = found / len(inp.expected)
+    ok = score >= float(_options(spec).get("threshold", 1.0))
+    return Verdict("pass" if ok else "fail", "string_match_all", f"holds {found:g} of {len(inp.expected)}", score)
+
+
+def _string_match_part(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """RULER's `string_match_part` (its QA metric): 1 when the answer holds any of the references (the expected
+    answers and alternates, case-insensitive substrings), else 0."""
+    prediction = _ruler_prediction(answer)
+    references = list(dict.fromkeys((*inp.expected, *inp.alternates)))
+    score = max(_ruler_found(r, prediction) for r in references)
+    reason = "holds a reference answer" if score else f"holds none of {len(references)} reference answers"
+    return Verdict("pass" if score else "fail", "string_match_part", reason, score)
+
+
+SCORERS: dict[str, Scorer] = {
     "contains": _text_match("contains"),
     "exact": _text_match("exact"),
     "all_of": _text_match("all_of"),
@@ -485,4 +550,6 @@ SCORERS: dict[str, Callable[[str, Accepted, Any, str | None, str | None], Verdic
     "number": _number,
     "rails": _rails,
     "auto": _auto,
+    "string_match_all": _string_match_all,
+    "string_match_part": _string_match_part,
 }

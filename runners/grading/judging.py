@@ -29,6 +29,7 @@ from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
 from nspec.compiler.judge_prompts import DEFAULT_PRESET, PRESETS, Graded, JudgePrompt, judge_prompt, judge_rubric
 from nspec.compiler.run_directory import ShardWriter, effective_mode, judge_budget
+from nspec.prompt import Prompt
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
@@ -75,7 +76,7 @@ class Grading:
         params, budget = judge_budget(model, self.prompt.answer_tokens)
         if self.prompt.structured:
             params = model.api.structured_output(params, "verdict", verdict_schema(self.rubric))
-        return model.api.request_line(model.entry, custom_id, system, user, None, params, budget)
+        return model.api.request_line(model.entry, custom_id, Prompt.ask(system, user), params, budget)
 
     def read(self, text: str) -> Vote:
         return parse_vote(self.rubric, text, self.threshold, self.prompt)

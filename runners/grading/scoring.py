@@ -15,7 +15,7 @@ from typing import Any
 
 from nspec import jsonl
 from nspec.runners.grading import judging
-from nspec.runners.grading.grader import accepted_answers, decide, needle_text, scorer_verdicts, share_given
+from nspec.runners.grading.grader import GradeInput, decide, scorer_verdicts, share_given
 from nspec.runners.rundir import LineIndex, Run, checked_result
 
 JUDGE_ERROR = "undecided (judge error)"
@@ -41,8 +41,8 @@ def score_cell(
             "reason": f"no answer: {(result.get('error') or {}).get('code')}",
         }
     answer = result.get("text") or ""
-    needle = needle_text(cell)
-    verdicts = scorer_verdicts(answer, accepted_answers(cell), cell["question"], needle, scoring)
+    inp = GradeInput.of(cell)
+    verdicts = scorer_verdicts(answer, inp, scoring)
     final = decide(verdicts)
     line.update(
         scorers=[v.as_dict() for v in verdicts],
@@ -53,7 +53,7 @@ def score_cell(
         reason=final.reason if final.verdict != "undecided" else f"{final.scorer}: {final.reason}",
     )
     if len(cell["expected"]) > 1:
-        line["needles_found"] = share_given(answer, cell["expected"], cell["question"], needle)
+        line["needles_found"] = share_given(answer, cell["expected"], cell["question"], inp.needle)
     return line
 
 

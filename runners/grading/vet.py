@@ -20,8 +20,10 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
-from nspec.errors import ProviderError
+from nspec.compiler.tasks import registry
+from nspec.errors import ProviderError, UserError
 from nspec.inputs import Confinement
+from nspec.prompt import Prompt
 from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Grading, Vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
@@ -39,6 +41,9 @@ class VetQuestion:
 
 
 def vet_questions(spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None) -> list[VetQuestion]:
+    family = registry.named(spec)
+    if family not in ("needle", "stack"):
+        raise UserError(f"nspec vet asks the questions of needles and stacks; the {family} task family has none")
     haystack = spec["haystack"]
     if "stack" in haystack:
         source = load_haystack(haystack, base_dir, confinement)
@@ -81,9 +86,7 @@ def vet(
                 line = model.api.request_line(
                     model.entry,
                     cid,
-                    system,
-                    user,
-                    prefill,
+                    Prompt.ask(system, user, prefill),
                     model.params,
                     template.get("reserve_tokens", 300),
                 )

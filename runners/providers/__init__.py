@@ -38,6 +38,7 @@ from nspec.errors import (
     ServerError,
     UserError,
 )
+from nspec.prompt import Prompt
 from nspec.providers import (
     SDK_RETRIES_ENV,
     BadLine,
@@ -188,7 +189,7 @@ class BaseProvider:
     def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle | None:
         return None
 
-    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+    def shape_cache(self, line: dict[str, Any], prompt: Prompt, cut: CacheCut) -> dict[str, Any]:
         return line
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
@@ -215,13 +216,17 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def chat_messages(system: str | None, user: str, prefill: str | None, **prefill_fields: Any) -> list[dict[str, Any]]:
-    """A chat request's messages in OpenAI's shape: the system prompt, the user message, and the prefill as a final
-    assistant message (with whatever fields the API marks a continued message by)."""
-    messages: list[dict[str, Any]] = [] if system is None else [{"role": "system", "content": system}]
-    messages.append({"role": "user", "content": user})
-    if prefill is not None:
-        messages.append({"role": "assistant", "content": prefill, **prefill_fields})
+def chat_messages(prompt: Prompt, system: bool = True, **prefill_fields: Any) -> list[dict[str, Any]]:
+    """A chat request's messages in OpenAI's shape: the system prompt (unless ``system`` is False: an API that takes
+    it apart), the turns, and the prefill as a final assistant message (with whatever fields the API marks a
+    continued message by)."""
+    messages: list[dict[str, Any]] = []
+    for role, text in prompt.messages():
+        if role == "system" and not system:
+            continue
+        messages.append({"role": role, "content": text})
+    if prompt.prefill is not None:
+        messages[-1].update(prefill_fields)
     return messages
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.prices import Usage
 from nspec.errors import CompileError, NspecError
+from nspec.prompt import Prompt
 from nspec.providers import (
     BadLine,
     BatchView,
@@ -32,6 +33,7 @@ from nspec.providers import (
     RateHeaders,
     Reasoning,
     ShardLimits,
+    as_sent,
     counted,
     model_name,
     provider_id,
@@ -42,6 +44,7 @@ from nspec.runners.providers import (
     NotText,
     answer_json,
     answer_text,
+    chat_messages,
     chat_text,
     connection_error,
     guard,
@@ -152,8 +155,10 @@ class Anthropic(BaseProvider):
         return family(model_name(entry)).prefill  # a final assistant message is continued, up to Claude 4.5
 
     def prefill_problem(self, entry: Mapping[str, Any], prefill: str) -> str | None:
-        line = self.request_line(entry, "check", None, "", prefill.rstrip() or ".", _sent(entry), 1)
-        refused = [r for r in refusals(line["params"]) if r.param == "messages"]
+        # Asked of Anthropic's rules as an assistant message (what request_line sends only where they take it).
+        params = self.request_line(entry, "check", Prompt.ask(None, ""), _sent(entry), 1)["params"]
+        continued = [*params["messages"], {"role": "assistant", "content": prefill.rstrip() or "."}]
+        refused = [r for r in refusals({**params, "messages": continued}) if r.param == "messages"]
         if refused:
             return f"cannot continue a prefill: {refused[0].why} (Anthropic: {refused[0].message})"
         if prefill[-1:].isspace():
@@ -166,7 +171,7 @@ class Anthropic(BaseProvider):
     def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")
         params: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        line = self.request_line(entry, "check", None, "", None, _sent(entry), _SOME_LIMIT)
+        line = self.request_line(entry, "check", Prompt.ask(None, ""), _sent(entry), _SOME_LIMIT)
         out: dict[str, str] = {}
         for refusal in refusals(line["params"]):
             key = refusal.param
@@ -198,36 +203,34 @@ class Anthropic(BaseProvider):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
+        prompt = as_sent(self, entry, prompt)
         given = {k: v for k, v in params.items() if v is not None}  # null: leave it out
         limit = given.pop("max_tokens", None) or given.pop("max_completion_tokens", None) or max_tokens
         given.pop("max_completion_tokens", None)
         body: dict[str, Any] = {"model": model_name(entry), "max_tokens": limit}
-        if system is not None:
-            body["system"] = system
-        messages = [{"role": "user", "content": user}]
-        if prefill is not None:
-            if prefill[-1:].isspace():  # its template does not (validate): a value filled into it does
-                raise CompileError(
-                    f"{entry['id']}: a prefill may not end in whitespace (Anthropic: {_TRAILING}), and this one "
-                    f"does once its placeholders are filled: {prefill[-40:]!r}"
-                )
-            messages.append({"role": "assistant", "content": prefill})
-        body["messages"] = messages
+        if prompt.system is not None:
+            body["system"] = prompt.system
+        prefill = prompt.prefill
+        if prefill is not None and prefill[-1:].isspace():  # its template does not (validate): a value filled in does
+            raise CompileError(
+                f"{entry['id']}: a prefill may not end in whitespace (Anthropic: {_TRAILING}), and this one "
+                f"does once its placeholders are filled: {prefill[-40:]!r}"
+            )
+        body["messages"] = chat_messages(prompt, system=False)
         body.update(given)
         return {"custom_id": custom_id, "params": body}
 
     def cache_style(self, entry: Mapping[str, Any]) -> CacheStyle:
         return CacheStyle("breakpoints", cache_minimum(model_name(entry)))
 
-    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+    def shape_cache(self, line: dict[str, Any], prompt: Prompt, cut: CacheCut) -> dict[str, Any]:
         if cut.control or not cut.breakpoints:
             return line
+        user = prompt.turns[0].text
         control: dict[str, Any] = {"type": "ephemeral"} if cut.ttl == "5m" else {"type": "ephemeral", "ttl": cut.ttl}
         blocks: list[dict[str, Any]] = []
         begin = 0

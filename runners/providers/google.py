@@ -4,7 +4,8 @@
   Gemini batch file format; a live call sends the same request through `generateContent`. A spec's chat-style
   parameters are given in Gemini's names (`max_tokens` → `maxOutputTokens`, `top_p` → `topP`, `stop` →
   `stopSequences`, snake_case → camelCase); a name `generationConfig` does not have is a `validate` error. Gemini
-  does not continue a final model turn, so a prefill is refused at `validate`.
+  does not continue a final model turn: a spec's prefill is refused at `validate`, a task family's answer prefix
+  goes at the end of the last user turn; assistant turns are `model` turns.
 - Batches: the file is uploaded (resumable upload), a batch created on the model with the run's id, shard hash and
   attempt in its display name (so an interrupted create is found again), polled until its state ends, and its
   responses file downloaded: one line per request, `{"key", "response"}` or `{"key", "error"}`. Input files may be up
@@ -27,6 +28,7 @@ from typing import Any
 
 from nspec.compiler.caching import CacheStyle
 from nspec.errors import NspecError
+from nspec.prompt import Prompt
 from nspec.providers import (
     REASONING_TOKENS,
     BadLine,
@@ -35,6 +37,7 @@ from nspec.providers import (
     Outcome,
     Reasoning,
     ShardLimits,
+    as_sent,
     model_name,
     provider_id,
 )
@@ -125,6 +128,7 @@ def thinking(model: str, config: Mapping[str, Any]) -> tuple[str, int] | None:
     return "with a dynamic thinking budget, its default", REASONING_TOKENS["medium"]
 
 
+_ROLES = {"user": "user", "assistant": "model"}  # Gemini calls the model's turns `model`
 _ENDED = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 
@@ -239,18 +243,15 @@ class Google(BaseProvider):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        contents = [{"role": "user", "parts": [{"text": user}]}]
-        if prefill is not None:  # refused at validate: Gemini does not continue a final model turn
-            contents.append({"role": "model", "parts": [{"text": prefill}]})
+        prompt = as_sent(self, entry, prompt)  # Gemini does not continue a final model turn: no prefill is left
+        contents = [{"role": _ROLES[t.role], "parts": [{"text": t.text}]} for t in prompt.turns]
         request: dict[str, Any] = {"model": f"models/{model_name(entry)}", "contents": contents}
-        if system is not None:
-            request["systemInstruction"] = {"parts": [{"text": system}]}
+        if prompt.system is not None:
+            request["systemInstruction"] = {"parts": [{"text": prompt.system}]}
         request["generationConfig"] = generation_config(params, max_tokens)
         return {"key": custom_id, "request": request}
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from nspec.compiler.tokenizers import Tokenizer
 from nspec.errors import UserError
+from nspec.prompt import Prompt
 from nspec.providers import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
 from nspec.rundir import cache_dir
 from nspec.runners.events import Event, announce
@@ -343,13 +344,11 @@ class Local(BaseProvider):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        return COMPATIBLE.request_line(entry, custom_id, system, user, prefill, params, max_tokens)
+        return COMPATIBLE.line_of(entry, custom_id, prompt, params, max_tokens)  # it continues any prefill
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         return COMPATIBLE.request_size(line, count)

@@ -25,7 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from nspec.errors import NspecError
-from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, counted, model_name, provider_id
+from nspec.prompt import Prompt
+from nspec.providers import (
+    BadLine,
+    BatchView,
+    Credentials,
+    Outcome,
+    ShardLimits,
+    as_sent,
+    counted,
+    model_name,
+    provider_id,
+)
 from nspec.runners.providers import (
     ChatBodyLines,
     chat_messages,
@@ -116,13 +127,11 @@ class Mistral(ChatBodyLines):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        messages = chat_messages(system, user, prefill, prefix=True)
+        messages = chat_messages(as_sent(self, entry, prompt), prefix=True)
         body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
         body.update(body_params(params))
         return {"custom_id": custom_id, "body": body}

@@ -28,6 +28,7 @@ from typing import Any
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.tokenizers import Tokenizer, encoding
 from nspec.errors import NspecError
+from nspec.prompt import Prompt
 from nspec.providers import (
     OPENAI_CHAT,
     REASONING_TOKENS,
@@ -38,6 +39,7 @@ from nspec.providers import (
     RateHeaders,
     Reasoning,
     ShardLimits,
+    as_sent,
     counted,
     model_name,
     provider_id,
@@ -216,7 +218,7 @@ class OpenAI(BaseProvider):
             return None
         return CacheStyle("prefix", 1024, 128, key=self.takes_cache_key)
 
-    def shape_cache(self, line: dict[str, Any], user: str, cut: CacheCut) -> dict[str, Any]:
+    def shape_cache(self, line: dict[str, Any], prompt: Prompt, cut: CacheCut) -> dict[str, Any]:
         if cut.control or not self.takes_cache_key:
             return line
         return {**line, "body": {**line["body"], "prompt_cache_key": cut.group}}
@@ -267,7 +269,7 @@ class OpenAI(BaseProvider):
             return []
         given = entry.get("params")
         params = {k: v for k, v in given.items() if v is not None} if isinstance(given, Mapping) else {}
-        line = self.request_line(entry, "check", None, "", None, params, 1)
+        line = self.request_line(entry, "check", Prompt.ask(None, ""), params, 1)
         return refusals({**line["body"], "model": self.base_model(entry)}, self.endpoint_path(entry))
 
     def _refused(self, entry: Mapping[str, Any], refusal: Refusal, key: str | None) -> str:
@@ -306,27 +308,28 @@ class OpenAI(BaseProvider):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
+        return self.line_of(entry, custom_id, as_sent(self, entry, prompt), params, max_tokens)
+
+    def line_of(
+        self, entry: Mapping[str, Any], custom_id: str, prompt: Prompt, params: Mapping[str, Any], max_tokens: int
+    ) -> dict[str, Any]:
+        """The request line of ``prompt`` as sent (its prefill, if any, one the model continues)."""
         given = {k: v for k, v in params.items() if v is not None}  # null: leave it out
         limit = given.pop("max_tokens", None) or given.pop("max_completion_tokens", None) or max_tokens
         given.pop("max_completion_tokens", None)
         body: dict[str, Any] = {"model": model_name(entry)}
         if entry.get("endpoint") == "responses":
-            if system is not None:
-                body["instructions"] = system
-            turns = [{"role": "user", "content": user}]
-            if prefill is not None:
-                turns.append({"role": "assistant", "content": prefill})
-            body["input"] = turns
+            if prompt.system is not None:
+                body["instructions"] = prompt.system
+            body["input"] = chat_messages(prompt, system=False)
             body["max_output_tokens"] = limit
             body.update(_responses_params(given))
         else:
-            body["messages"] = chat_messages(system, user, prefill)
+            body["messages"] = chat_messages(prompt)
             body[self.limit_key] = limit
             body.update(given)
         if entry.get("mode") == "flex":

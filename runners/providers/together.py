@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from nspec.errors import NspecError
-from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, model_name, provider_id
+from nspec.prompt import Prompt
+from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, as_sent, model_name, provider_id
 from nspec.runners.providers import (
     ChatBodyLines,
     Clients,
@@ -111,14 +112,12 @@ class Together(ChatBodyLines):
         self,
         entry: Mapping[str, Any],
         custom_id: str,
-        system: str | None,
-        user: str,
-        prefill: str | None,
+        prompt: Prompt,
         params: Mapping[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        # A prefill is refused at validate: Together's chat API does not say it continues one.
-        messages = chat_messages(system, user, prefill)
+        # Together's chat API does not say it continues a prefill: one goes at the end of the last user turn.
+        messages = chat_messages(as_sent(self, entry, prompt))
         body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
         body.update({_RENAMED.get(k, k): v for k, v in params.items() if v is not None})
         return {"custom_id": custom_id, "body": body}

@@ -125,6 +125,9 @@ class ReportData:
     tallies: dict[str, Tally] = field(default_factory=dict)
     comparisons: list[Comparison] = field(default_factory=list)
     cache_arms: list[dict[str, Any]] = field(default_factory=list)  # per model: cached cells against the control arm
+    # Per model, length and point of the task's axes (cells of a family's own axes, or without a depth): the pass
+    # rate and the mean score (a scorer that is not pass/fail, RULER's string_match_all, gives shares).
+    scores: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -193,6 +196,7 @@ def pair_key(cell: CellRecord) -> tuple[Any, ...]:
         cell["repeat"],
         cell["item"],
         ids,
+        json.dumps(cell.get("axes"), sort_keys=True),
     )
 
 
@@ -209,6 +213,8 @@ class Aggregates:
         self.found: dict[tuple[str, int, float], Mean] = defaultdict(Mean)
         self.verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]] = []  # per run: for comparisons
         self.arms: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (model, cache arm) → passes, n
+        self.by_axes: dict[tuple[str, int, str], list[int]] = defaultdict(lambda: [0, 0])  # axes as JSON
+        self.axes_scores: dict[tuple[str, int, str], Mean] = defaultdict(Mean)
 
     def add(self, label: str, item: Joined, cost: float | None, estimate: float | None) -> None:
         cell, score = item.cell, item.score
@@ -244,20 +250,28 @@ class Aggregates:
                 tally.negative_reasons[why] += 1
             return
         depth = cell["depth"]["requested"]
-        assert depth is not None  # every cell with a needle was placed at a grid depth
+        axes = cell.get("axes")
         arm = [self.arms[(label, cell["cache"]["arm"])]] if "cache" in cell else []
-        for counts in (self.heat[(label, length, depth)], self.by_length[(label, length)], *arm):
+        heat = [self.heat[(label, length, depth)]] if depth is not None else []
+        key = (label, length, json.dumps(axes or {}, sort_keys=True, ensure_ascii=False))
+        by_axes = [self.by_axes[key]] if depth is None or axes else []
+        for counts in (*heat, self.by_length[(label, length)], *arm, *by_axes):
             counts[0] += passed
             counts[1] += 1
+        if by_axes:
+            self.axes_scores[key].add(float(score["score"] if score["score"] is not None else passed))
         if "needles_found" in score:
-            self.found[(label, length, depth)].add(score["needles_found"])
             tally.needles_found.add(score["needles_found"])
+            if depth is not None:
+                self.found[(label, length, depth)].add(score["needles_found"])
+        if self.verdicts:
+            self.verdicts[-1][(cell["model"], pair_key(cell))] = (passed, cell["cell_id"])
+        if depth is None:
+            return  # no place in the heatmap, the locations or the chart points
         if cell["repeat"] is not None:
             counts = self.by_location[(label, depth, cell["repeat"])]
             counts[0] += passed
             counts[1] += 1
-        if self.verdicts:
-            self.verdicts[-1][(cell["model"], pair_key(cell))] = (passed, cell["cell_id"])
         points = self.data.points.setdefault(label, [])
         if len(points) < CELL_POINTS:
             answer = (item.result["text"] if item.result else None) or ""
@@ -283,6 +297,14 @@ class Aggregates:
         data.lengths = [
             rate_row(p, n, model=label, context_length=length)
             for (label, length), (p, n) in sorted(self.by_length.items())
+        ]
+        data.scores = [
+            {
+                **rate_row(p, n, model=label, context_length=length),
+                "axes": json.loads(axes),
+                "score": round(self.axes_scores[(label, length, axes)].value, 4),
+            }
+            for (label, length, axes), (p, n) in sorted(self.by_axes.items())
         ]
         data.locations = [
             rate_row(p, n, model=label, location=loc, repeat=str(rep))
@@ -707,19 +729,35 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()[:60] or "model"
 
 
-SUMMARY_FIELDS = ("model", "context_length", "depth", "n", "passes", "rate", "ci_low", "ci_high", "needles_found")
+SUMMARY_FIELDS = (
+    "model",
+    "context_length",
+    "depth",
+    "axes",
+    "n",
+    "passes",
+    "rate",
+    "ci_low",
+    "ci_high",
+    "needles_found",
+    "score",
+)
 
 
 def write_summary(data: ReportData, path: Path) -> None:
-    """summary.csv: one row per model x length x depth; `needles_found` is the mean share of target needles the
-    answers give, for cells with several (RULER's partial credit), empty otherwise."""
+    """summary.csv: one row per model x length x depth, then one per model x length x point of the task's axes
+    (JSON; with the mean `score`); `needles_found` is the mean share of target needles the answers give, for cells
+    with several (RULER's partial credit), empty otherwise."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY_FIELDS)
         writer.writeheader()
         for label, rows in data.heat.items():
             for row in rows:
                 values = {k: round(row[k], 4) if k == "rate" else row.get(k, "") for k in SUMMARY_FIELDS[1:]}
-                writer.writerow({"model": label, **values})
+                writer.writerow({"model": label, **values, "axes": ""})
+        for row in data.scores:
+            values = {k: round(row[k], 4) if k == "rate" else row.get(k, "") for k in SUMMARY_FIELDS[1:]}
+            writer.writerow({**values, "model": row["model"], "axes": json.dumps(row["axes"], sort_keys=True)})
 
 
 def pass_rate(rows: list[dict[str, Any]]) -> tuple[int, int, float, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections import defaultdict
 from datetime import UTC, datetime
 from importlib import metadata, resources
 from pathlib import Path
@@ -117,6 +118,15 @@ def summary_rows(data: ReportData, threshold: float) -> list[dict[str, str]]:
         tally = data.tallies.get(label, Tally())
         row = {"model": label, "color": PALETTE[i % len(PALETTE)], "cells": f"{tally.cells:,}"}
         row["rate"] = row["effective"] = row["perfect"] = "—"
+        lengths = [r for r in data.lengths if r["model"] == label]
+        if not heat and lengths:  # a task without depths: pass rates per length only
+            s = model_summary(lengths)
+            row["rate"] = f"{_percent(s['rate'])} of {s['n']:,} ({_percent(s['ci_low'])}-{_percent(s['ci_high'])})"
+            eff = effective_length(lengths, threshold)
+            shortest = min(r["context_length"] for r in lengths)
+            row["effective"] = (
+                f"{_length(eff['length'], shortest)} ({_length(eff['low'], shortest)}-{_length(eff['high'], shortest)})"
+            )
         if heat:
             s = model_summary(heat)
             row["rate"] = f"{_percent(s['rate'])} of {s['n']:,} ({_percent(s['ci_low'])}-{_percent(s['ci_high'])})"
@@ -136,6 +146,58 @@ def summary_rows(data: ReportData, threshold: float) -> list[dict[str, str]]:
         row["left_out"] = ", ".join(f"{k} {what}" for k, what in left if k) or "0"
         rows.append(row)
     return rows
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
+    """RULER's table, per model and axis of the task (a task name, a swept parameter): a row per value of the axis
+    and a column per length, each the mean score x 100 of its cells (over the other axes); each row's average; each
+    length's average over the rows (every value weighs the same, as RULER averages its tasks); and the effective
+    length: the longest length whose average is at or above the threshold there and at every shorter length."""
+    tables = []
+    for label in data.models:
+        rows = [r for r in data.scores if r["model"] == label]
+        if not rows:
+            continue
+        lengths = sorted({r["context_length"] for r in rows})
+        for axis in sorted({k for r in rows for k in r["axes"]}) or [None]:
+            sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+            for r in rows:
+                cell = sums["all" if axis is None else _value(r["axes"].get(axis))][r["context_length"]]
+                cell[0] += r["score"] * r["n"]
+                cell[1] += r["n"]
+            means = {v: {n: 100 * t / k for n, (t, k) in by.items() if k} for v, by in sorted(sums.items())}
+            averages = {
+                n: sum(m[n] for m in means.values() if n in m) / sum(n in m for m in means.values()) for n in lengths
+            }
+            effective = None
+            for n in lengths:
+                if averages[n] < 100 * threshold:
+                    break
+                effective = n
+            tables.append(
+                {
+                    "model": label,
+                    "axis": axis,
+                    "lengths": [f"{n:,}" for n in lengths],
+                    "rows": [
+                        {
+                            "value": value,
+                            "scores": [f"{m[n]:.1f}" if n in m else "—" for n in lengths],
+                            "average": f"{sum(m.values()) / len(m):.1f}",
+                        }
+                        for value, m in means.items()
+                    ],
+                    "averages": [f"{averages[n]:.1f}" for n in lengths],
+                    "average": f"{sum(averages.values()) / len(averages):.1f}",
+                    "effective": _length(effective, lengths[0])
+                    + (" (the longest length run)" if effective == lengths[-1] else ""),
+                }
+            )
+    return tables
 
 
 def summary_words(data: ReportData, threshold: float) -> list[dict[str, str]]:
@@ -276,6 +338,8 @@ def render_page(
         version=__version__,
         runs=[_run_header(r, n) for r, n in zip(runs, names, strict=True)],
         summary=summary_rows(data, threshold),
+        score_tables=score_tables(data, threshold),
+        threshold_score=f"{100 * threshold:.1f}",
         words=summary_words(data, threshold),
         threshold=f"{threshold:.1%}",
         notes=_notes(runs),
