@@ -31,7 +31,7 @@ from .context import BuiltContext, Insert, PromptParts, build_context, build_on_
 from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
-from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
+from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, trial_order
 from .tasks import Draft, Fill, Fixed, Setup, Sized, Slot, Task, registry
 from .tasks.ruler.base import Built, largest_fitting
 from .tokenizers import Tokenizer, chat_framing, encoding
@@ -283,13 +283,6 @@ class CellMaker:
             ends = [start + len(doc.encode()) for start, doc in zip(starts[:n], docs, strict=False)]
             layout = Layout(starts[:n], ends, order[: len(ends)], one_pass)
             tt = TokenizedText(text, tokenizer, starts if self.is_stack else None, layout)
-            if self.is_stack:
-                unclean = [s for s in starts[1:] if not is_clean(tt.data, s)]
-                if unclean:
-                    raise CompileError(
-                        "stack items must start with a letter or digit and the separator must end with a newline, "
-                        f"so the stack can be cut between items exactly (item at byte {unclean[0]})"
-                    )
             if tt.n_tokens - tt.token_at_byte(offset_room) >= longest + 64:
                 tt.pass_tokens = tt.token_at_byte(min(one_pass, len(tt.data)))
                 return tt

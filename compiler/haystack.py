@@ -4,7 +4,10 @@ per tokenizer into a form cells are cut from without re-tokenising.
 Cut points must be *clean*: positions where every encoding nspec uses starts a new pre-tokenizer piece whatever
 surrounds them, so the tokens of a text cut there are the tokens of its parts. Two byte patterns are clean in both
 o200k_base and cl100k_base: a space after a printable ASCII character (`word| next`) and an ASCII letter or digit
-after a newline (`\n|Next`). No piece of either pattern can span them.
+after a newline (`\n|Next`). No piece of either pattern can span them. In a stack, whose separator ends with a
+newline and whose items start with no white space, every item start is clean too: no piece of either pattern runs
+from a newline into what follows, save o200k_base's punctuation piece, which takes a `/` after the newlines that
+follow punctuation (`.\n\n/`) — refused on load (`stack_item_problem`).
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ def _load_stack(
 ) -> HaystackSource:
     id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
     items: dict[str, str] = {}
+    item_lines: dict[str, int] = {}
     items_path = os.path.join(base_dir, stack["items"])
     for line_no, obj in _jsonl(items_path, stack["items"], inputs, confinement):
         item_id, text = obj.get(id_field), obj.get(text_field)
@@ -156,6 +160,11 @@ def _load_stack(
         if str(item_id) in items:
             raise _line_error(items_path, line_no, f"item id {item_id!r} appears twice")
         items[str(item_id)] = text.strip()
+        item_lines[str(item_id)] = line_no
+    problem = stack_item_problem(items, separator)
+    if problem is not None:
+        item_id, message = problem
+        raise _line_error(items_path, item_lines[item_id], message)
     questions: list[StackQuestion] = []
     questions_path = os.path.join(base_dir, stack["questions"])
     for line_no, obj in _jsonl(questions_path, stack["questions"], inputs, confinement):
@@ -185,6 +194,31 @@ def _load_stack(
         names=filler,
         files=inputs.files,
     )
+
+
+def stack_item_problem(items: dict[str, str], separator: str) -> tuple[str, str] | None:
+    """Why the stack cannot be cut exactly at an item's start (None if it can), with the item's id: the separator
+    must end with a newline (checked with the spec), and an item may start with `/` only when nothing before the
+    newlines can be punctuation (o200k_base's `[^\\s\\p{L}\\p{N}]+[\\r\\n/]*` would take the `/`). Every item is
+    checked, in any order a shuffle may give."""
+    if not separator.endswith("\n"):
+        return None  # refused with the spec (`haystack.separator`)
+    slashed = next((i for i, text in items.items() if text.startswith("/")), None)
+    if slashed is None:
+        return None
+    before = separator.rstrip("\r\n")
+    if before:
+        ends = {"the separator": before[-1]}
+    else:
+        ends = {f"item {i!r}": text[-1] for i, text in items.items() if i != slashed}
+    for who, end in ends.items():
+        if not (end.isalnum() or end.isspace()):
+            return slashed, (
+                f"item {slashed!r} starts with '/', which o200k_base joins to the {end!r} ending {who} across the "
+                f"separator {separator!r}, so the stack could not be cut at the item exactly; start the item "
+                "otherwise, or end the separator's text before its newlines with a letter"
+            )
+    return None
 
 
 # The most nspec reads of one haystack or stack file (the compile holds its text in memory).
@@ -373,7 +407,14 @@ class TokenizedText:
         if k <= 0 or k >= self.n_tokens:
             return True
         pos = self.starts[k]
-        return is_clean(self.data, pos)
+        return is_clean(self.data, pos) or self._item_start(pos)
+
+    def _item_start(self, pos: int) -> bool:
+        """Whether a stack item starts at byte ``pos`` (clean: see the module doc)."""
+        if self.item_starts is None:
+            return False
+        i = bisect_left(self.item_starts, pos)
+        return i < len(self.item_starts) and self.item_starts[i] == pos
 
     def boundary(self, k: int) -> bool:
         """Whether a needle may go before token ``k``: a clean point between sentences — after a sentence's final
@@ -384,8 +425,7 @@ class TokenizedText:
             return False
         pos = self.starts[k]
         if self.item_starts is not None:
-            i = bisect_left(self.item_starts, pos)
-            return (i < len(self.item_starts) and self.item_starts[i] == pos) or pos >= len(self.data)
+            return self._item_start(pos) or pos >= len(self.data)
         data = self.data
         if pos == 0 or pos >= len(data):
             return pos == 0 or sentence_ends_at(data, len(data) - 1)
@@ -454,6 +494,12 @@ class TokenizedText:
             spaced = _mask(after, _IS_SPACE) & _mask(before, _IS_PRINTABLE)
             line_start = _mask(before, _IS_NEWLINE) & _mask(after, _IS_ALNUM)
             flags[inner_first - first : inner_end - first] = (spaced | line_start).to_bytes(inner_end - inner_first)
+        if self.item_starts is not None:
+            low, high = self.starts[first], self.starts[end - 1]
+            for pos in self.item_starts[bisect_left(self.item_starts, low) : bisect_right(self.item_starts, high)]:
+                k = bisect_left(self.starts, pos, first, end)
+                if k < end and self.starts[k] == pos:
+                    flags[k - first] = 1
         return bytes(flags)
 
     @functools.cached_property

@@ -262,6 +262,13 @@ class _Checker:
         if needle and isinstance(haystack, dict) and not is_stack and needles is None:
             self.error((), "missing `needles`: what to hide in the haystack")
         repeats = self.data.get("grid", {}).get("repeats") if isinstance(self.data.get("grid"), dict) else None
+        separator = haystack.get("separator") if isinstance(haystack, dict) and is_stack else None
+        if isinstance(separator, str) and not separator.endswith("\n"):
+            self.error(
+                ("haystack", "separator"),
+                "a stack's separator must end with a newline, so that the stack is cut between items exactly "
+                '(the default is a blank line, "\\n\\n")',
+            )
         if repeats is not None and isinstance(haystack, dict) and not is_stack:
             self.error(("grid", "repeats"), "`repeats` applies to `stack` haystacks only", at_key=True)
         if isinstance(haystack, dict):
