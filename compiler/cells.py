@@ -27,7 +27,15 @@ from nspec.spec.templates import render
 
 from . import grid as grid_axes
 from .caching import CacheCut, CachePlanner, CachePolicy, CellPrefix, build_ladder, cache_policy, control_nonce
-from .context import BuiltContext, Insert, PromptParts, build_context, build_on_span, fixed_tokens
+from .context import (
+    BuiltContext,
+    Insert,
+    PromptParts,
+    build_context,
+    build_on_span,
+    build_token_context,
+    fixed_tokens,
+)
 from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
@@ -208,6 +216,8 @@ class CellMaker:
         self.on_too_long: str = spec.get("run", {}).get("on_too_long", "error")
         self.source: HaystackSource = source if source is not None and self.fills else _NO_HAYSTACK
         self.is_stack = self.source.kind == "stack"
+        # `period-token`: needlehaystack's cut and placement (`build_token_context`), counted by the tokenizer
+        self.by_tokens = spec.get("haystack", {}).get("boundary") == "period-token"
         self.dropped: dict[str, int] = {}
         # Repetition of the sources within a cell: counted always, refused with `haystack.repeat: error` (noise
         # repeats its few sentences by design).
@@ -305,7 +315,7 @@ class CellMaker:
         tt = self._text(model.tokenizer, trial) if self.fills else None
         start = self._start(tt, trial) if tt is not None else 0
         for variant, prompt in self.variants:
-            prompt = {**prompt, **model.prompt_override}
+            prompt = {k: v for k, v in {**prompt, **model.prompt_override}.items() if v is not None}
             for length in self.lengths:
                 if model.max_context is not None and length > model.max_context:
                     if self.on_too_long == "error":
@@ -322,7 +332,7 @@ class CellMaker:
                         yield from self._generated_cells(slot, made)
                         continue
                     drafts = (self._draft(slot, draft) for draft in made)
-                    if model.counter is None:
+                    if model.counter is None or self.by_tokens:
                         yield from self._proxy_cells(slot, drafts)
                     else:
                         yield from self._counted_cells(slot, list(drafts), model.counter)
@@ -341,7 +351,7 @@ class CellMaker:
         compare across tokenizers."""
         if model.tokenizer.encoding_name == "o200k_base":
             return built.own_tokens  # counted so already (a proxy's factor comes after)
-        texts = [t for t in (parts.system, built.user, parts.prefill) if t is not None]
+        texts = [built.user, *parts.others()]
         return chat_framing(len(texts)) + sum(encoding("o200k_base").count(t) for t in texts)
 
     def _uses(self, slot: _Slot, span: tuple[int, int], cid: str) -> int:
@@ -373,6 +383,7 @@ class CellMaker:
             suffix=suffix,
             prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
             reserve=prompt.get("reserve_tokens", 300),
+            question_message=render(prompt["question_message"], values) if "question_message" in prompt else None,
         )
         return parts if model.api.takes_prefill(model.entry) else parts.folded()
 
@@ -416,11 +427,14 @@ class CellMaker:
             context.append(draft)
             if draft.siblings_ahead:
                 continue
-            if len(context) == 1:
-                yield self._cell(slot, draft, self._proxy_context(slot, draft))
+            if len(context) == 1 or self.by_tokens:  # by tokens, every question's span is the same already
+                yield from (self._cell(slot, d, self._proxy_context(slot, d)) for d in context)
             else:
                 tokenizer = slot.model.tokenizer
-                widest = max(context, key=lambda d: tokenizer.own_count(d.parts.prefix + d.parts.suffix))
+                widest = max(
+                    context,
+                    key=lambda d: tokenizer.own_count(d.parts.prefix + d.parts.suffix + "".join(d.parts.others())),
+                )
                 span = self._proxy_context(slot, widest).span
                 separator = self.source.separator if self.is_stack else None
                 target = self._fit_target(slot.model, slot.length, widest.parts.reserve)
@@ -437,6 +451,8 @@ class CellMaker:
         separator = self.source.separator if self.is_stack else None
         target = self._fit_target(model, slot.length, draft.parts.reserve)
         try:
+            if self.by_tokens:
+                return build_token_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target)
             return build_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target, separator)
         except CompileError as exc:
             raise CompileError(
