@@ -45,6 +45,7 @@ from .tasks.ruler.base import Built, largest_fitting
 from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
+_CLEAN_LINE_START = re.compile(r"(?<=\n)(?=[A-Za-z0-9])")  # a clean cut point (`compiler.haystack`)
 # A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
 # long sentences the nearest sentence boundary can be that far.
 FAR_FROM_DEPTH = 5.0
@@ -233,6 +234,7 @@ class CellMaker:
         self.aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any], TokenizedText] = {}
+        self._o200k_pieces: dict[str, int] = {}  # see `_o200k_count`
         self._fixed_tokens: dict[tuple[str, ...], tuple[int, bool]] = {}  # a Fixed draft's count, per model
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
@@ -312,6 +314,7 @@ class CellMaker:
                 yield from self._model_trial(model, trial)
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
+        self._o200k_pieces.clear()
         tt = self._text(model.tokenizer, trial) if self.fills else None
         start = self._start(tt, trial) if tt is not None else 0
         for variant, prompt in self.variants:
@@ -345,14 +348,26 @@ class CellMaker:
             return length
         return min(length, int((model.max_context - reserve) / (1 + margin)) + reserve)
 
-    @staticmethod
-    def _reference_tokens(model: Model, parts: PromptParts, built: BuiltContext) -> int:
+    def _reference_tokens(self, model: Model, parts: PromptParts, built: BuiltContext) -> int:
         """The request in o200k_base tokens with OpenAI's chat framing: one reference for every model, so lengths
         compare across tokenizers."""
         if model.tokenizer.encoding_name == "o200k_base":
             return built.own_tokens  # counted so already (a proxy's factor comes after)
         texts = [built.user, *parts.others()]
-        return chat_framing(len(texts)) + sum(encoding("o200k_base").count(t) for t in texts)
+        return chat_framing(len(texts)) + sum(self._o200k_count(t) for t in texts)
+
+    def _o200k_count(self, text: str) -> int:
+        """o200k_base tokens of ``text``, counted a piece at a time between line starts that are clean cut points
+        (a letter or digit after a newline), each piece's count kept for the trial: the cells of a grid share most
+        of their haystack, so only the pieces around their needles and their ends are new."""
+        o200k, kept = encoding("o200k_base"), self._o200k_pieces
+        total = 0
+        for piece in _CLEAN_LINE_START.split(text):
+            count = kept.get(piece)
+            if count is None:
+                count = kept[piece] = o200k.count(piece)
+            total += count
+        return total
 
     def _uses(self, slot: _Slot, span: tuple[int, int], cid: str) -> int:
         """The most times one source appears in the cell's haystack (1: none repeats), counted for the manifest."""

@@ -161,7 +161,7 @@ def build_token_context(
     and needles, counted as token lists in the tokenizer's own tokens — is exactly ``target - parts.reserve``
     tokens: the haystack's tokens from ``start``, cut at whatever token that leaves, and each needle, as written
     (its own white space and all), just after the last period token at or before its depth's share of those haystack
-    tokens, or after the last of them at depth 100. The request is then counted whole, as sent."""
+    tokens, or after the last of them at depth 100. The request is then counted as sent (`_count_pieces`)."""
     sizes = [tokenizer.own_count(i.text) for i in inserts]
     keep = target - parts.reserve - sum(sizes)
     if keep <= 0:
@@ -179,7 +179,7 @@ def build_token_context(
     # Placed as given, like stack items: an empty separator glues nothing on.
     pieces, depths = assemble_at(tt, start, end, positions, inserts, texts, sizes, "")
     user = "".join([parts.prefix, *(p if isinstance(p, str) else tt.text(*p) for p in pieces), parts.suffix])
-    user_tokens = tokenizer.own_count(user)
+    user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
     fixed = fixed_tokens(tokenizer, parts)
     hay = user_tokens - tokenizer.own_count(parts.prefix) - tokenizer.own_count(parts.suffix)
     first = min(positions, default=end)
@@ -411,12 +411,23 @@ def _count_pieces(tt: TokenizedText, tokenizer: Tokenizer, pieces: list[str | tu
     present = [p for p in pieces if (p if isinstance(p, str) else p[1] > p[0])]
     total = 0
     for piece in present:
-        total += tokenizer.own_count(piece) if isinstance(piece, str) else piece[1] - piece[0]
+        total += tokenizer.own_count(piece) if isinstance(piece, str) else _range_tokens(tt, tokenizer, *piece)
     for left, right in itertools.pairwise(present):
         tail, head = _tail(tt, left), _head(tt, right)
         joined = tokenizer.own_count(tail + head)
         total += joined - tokenizer.own_count(tail) - tokenizer.own_count(head)
     return total
+
+
+def _range_tokens(tt: TokenizedText, tokenizer: Tokenizer, a: int, b: int) -> int:
+    """Exact tokens of the haystack text of tokens [a, b) on its own: b - a between clean points; an end that is
+    not one (`boundary: period-token` cuts at any token) re-encodes only the bytes out to the nearest clean point."""
+    first, last = tt.next("clean", a, b), tt.last("clean", b, a)
+    if first >= last:
+        return tokenizer.own_count(tt.text(a, b))
+    head = tokenizer.own_count(tt.text(a, first)) if first > a else 0
+    tail = tokenizer.own_count(tt.text(last, b)) if b > last else 0
+    return head + (last - first) + tail
 
 
 def _tail(tt: TokenizedText, piece: str | tuple[int, int]) -> str:

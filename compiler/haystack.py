@@ -49,6 +49,10 @@ _ABBREVIATIONS = frozenset(
 )
 
 
+# The keys of a question in a stack's questions file, unless `question_fields` renames them (`text`: none by default).
+QUESTION_FIELDS = {"item": "item", "question": "question", "answer": "answer", "alternates": "alternates"}
+
+
 @dataclass(frozen=True)
 class StackQuestion:
     item: str
@@ -150,33 +154,41 @@ def _load_stack(
     stack: dict[str, Any], separator: str, vary: str, base_dir: str, inputs: _Inputs, confinement: Confinement | None
 ) -> HaystackSource:
     id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
+    fields = {**QUESTION_FIELDS, **stack.get("question_fields", {})}
     items: dict[str, str] = {}
-    item_lines: dict[str, int] = {}
+    item_lines: dict[str, tuple[str, int]] = {}  # where each item's text was read
     items_path = os.path.join(base_dir, stack["items"])
-    for line_no, obj in _jsonl(items_path, stack["items"], inputs, confinement):
+    for line_no, obj in _records(items_path, stack["items"], inputs, confinement):
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
             raise _line_error(items_path, line_no, f"needs `{id_field}` and a non-empty `{text_field}`")
         if str(item_id) in items:
             raise _line_error(items_path, line_no, f"item id {item_id!r} appears twice")
         items[str(item_id)] = text.strip()
-        item_lines[str(item_id)] = line_no
+        item_lines[str(item_id)] = (items_path, line_no)
+    questions: list[StackQuestion] = []
+    questions_path = os.path.join(base_dir, stack["questions"])
+    for line_no, obj in _records(questions_path, stack["questions"], inputs, confinement):
+        item, question, answer = obj.get(fields["item"]), obj.get(fields["question"]), obj.get(fields["answer"])
+        if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
+            needed = ", ".join(f"`{fields[k]}`" for k in ("item", "question")) + f" and `{fields['answer']}`"
+            raise _line_error(questions_path, line_no, f"needs {needed}")
+        own = obj.get(fields["text"]) if "text" in fields else None
+        if own is not None:  # the question's own copy of its item (NIAN's full_questions.json)
+            if not isinstance(own, str) or not own.strip():
+                raise _line_error(questions_path, line_no, f"`{fields['text']}` must be a non-empty text")
+            items[str(item)] = own.strip()
+            item_lines[str(item)] = (questions_path, line_no)
+        elif str(item) not in items:
+            raise _line_error(questions_path, line_no, f"item {item!r} is not in {stack['items']}")
+        alternates = obj.get(fields["alternates"]) or []
+        if not isinstance(alternates, list) or not all(isinstance(a, str) for a in alternates):
+            raise _line_error(questions_path, line_no, f"`{fields['alternates']}` must be a list of strings")
+        questions.append(StackQuestion(str(item), question, str(answer), tuple(alternates)))
     problem = stack_item_problem(items, separator)
     if problem is not None:
         item_id, message = problem
-        raise _line_error(items_path, item_lines[item_id], message)
-    questions: list[StackQuestion] = []
-    questions_path = os.path.join(base_dir, stack["questions"])
-    for line_no, obj in _jsonl(questions_path, stack["questions"], inputs, confinement):
-        item, question, answer = obj.get("item"), obj.get("question"), obj.get("answer")
-        if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
-            raise _line_error(questions_path, line_no, "needs `item`, `question` and `answer`")
-        if str(item) not in items:
-            raise _line_error(questions_path, line_no, f"item {item!r} is not in {stack['items']}")
-        alternates = obj.get("alternates", [])
-        if not isinstance(alternates, list) or not all(isinstance(a, str) for a in alternates):
-            raise _line_error(questions_path, line_no, "`alternates` must be a list of strings")
-        questions.append(StackQuestion(str(item), question, str(answer), tuple(alternates)))
+        raise _line_error(*item_lines[item_id], message)
     if not questions:
         raise _line_error(questions_path, 1, "has no questions")
     asked = {q.item for q in questions}
@@ -286,10 +298,17 @@ def _read(path: str, confinement: Confinement | None) -> bytes:
     return data
 
 
-def _jsonl(path: str, name: str, inputs: _Inputs, confinement: Confinement | None) -> list[tuple[int, dict[str, Any]]]:
+def _records(
+    path: str, name: str, inputs: _Inputs, confinement: Confinement | None
+) -> list[tuple[int, dict[str, Any]]]:
+    """The objects of a stack file, each with the line it starts on: JSON Lines, or one JSON array (a file whose
+    first character other than white space is `[`, as NIAN's files are)."""
     data = inputs.add(name, _read(path, confinement))
+    text = data.decode("utf-8")
+    if text.lstrip().startswith("["):
+        return _array(path, text)
     out = []
-    for line_no, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -300,6 +319,42 @@ def _jsonl(path: str, name: str, inputs: _Inputs, confinement: Confinement | Non
             raise _line_error(path, line_no, "each line must be a JSON object")
         out.append((line_no, obj))
     return out
+
+
+def _array(path: str, text: str) -> list[tuple[int, dict[str, Any]]]:
+    """The objects of a JSON array, each with the line it starts on (decoded one element at a time)."""
+    decoder = json.JSONDecoder()
+    out: list[tuple[int, dict[str, Any]]] = []
+    pos = text.index("[") + 1
+    while True:
+        pos = _skip_space(text, pos)
+        if text.startswith("]", pos) and not out:
+            pos += 1
+            break
+        line_no = text.count("\n", 0, pos) + 1
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise _line_error(path, text.count("\n", 0, exc.pos) + 1, f"not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise _line_error(path, line_no, "each element of the array must be a JSON object")
+        out.append((line_no, obj))
+        pos = _skip_space(text, pos)
+        if text.startswith("]", pos):
+            pos += 1
+            break
+        if not text.startswith(",", pos):
+            raise _line_error(path, text.count("\n", 0, pos) + 1, "not valid JSON: expected ',' or ']'")
+        pos += 1
+    if text[pos:].strip():
+        raise _line_error(path, text.count("\n", 0, pos) + 1, "not valid JSON: text after the array")
+    return out
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def _line_error(path: str, line: int, message: str) -> SpecError:

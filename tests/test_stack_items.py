@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nspec.compiler.haystack import TokenizedText, stack_item_problem
+from nspec.compiler.haystack import TokenizedText, load_haystack, stack_item_problem
 from nspec.compiler.run_directory import compile_run
 from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.spec import load_spec
@@ -103,3 +103,31 @@ def test_a_slash_opening_is_cut_exactly_when_nothing_before_the_newlines_is_punc
     assert encoding("o200k_base").encode("ends in a period.\n\n") + encoding("o200k_base").encode(
         "/starts"
     ) != encoding("o200k_base").encode(joined)
+
+
+@pytest.mark.parametrize(
+    "tail, message",
+    [
+        ('{"id": "x", "body": "no text"}\n]\n', "items.json:122:1: needs `id` and a non-empty `text`"),
+        ('{"id": "x", "text": "broken}\n]\n', "items.json:122:1: not valid JSON: Invalid control character"),
+        ('{"id": "x", "text": "fine"}\n] trailing\n', "items.json:123:1: not valid JSON: text after the array"),
+    ],
+    ids=["missing field", "bad element", "text after"],
+)
+def test_a_json_array_of_items_is_read_and_refused_as_lines_are(cli, spec_file, tmp_path, tail, message):
+    """A stack file may be one JSON array (NIAN's are); what is wrong is named by the line its object starts on."""
+    write_stack(tmp_path)
+    items = (tmp_path / "items.jsonl").read_text().splitlines()  # 120 objects: lines 2 to 121 of the array
+    (tmp_path / "items.json").write_text("[\n" + ",\n".join(items) + ",\n" + tail)
+    expect_both_refuse(cli, spec_file(SPEC.replace("items.jsonl", "items.json")), message)
+
+
+def test_a_json_array_of_items_reads_as_its_lines_do(spec_file, tmp_path):
+    write_stack(tmp_path)
+    items = (tmp_path / "items.jsonl").read_text().splitlines()
+    (tmp_path / "items.json").write_text("[\n" + ",\n".join(items) + "\n]\n")
+    from_lines = load_spec(spec_file(SPEC)).data
+    from_array = load_spec(spec_file(SPEC.replace("items.jsonl", "items.json"))).data
+    a = load_haystack(from_lines["haystack"], str(tmp_path))
+    b = load_haystack(from_array["haystack"], str(tmp_path))
+    assert (a.items, a.questions, a.documents) == (b.items, b.questions, b.documents) and len(a.items) == 120

@@ -324,7 +324,11 @@ class _Checker:
                 full = os.path.join(self.base_dir, name)
                 outside = self.confinement.problem(full) if self.confinement is not None else None
                 if outside is None and "\0" not in name and not os.path.lexists(full):  # outside: not even looked at
-                    self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
+                    source = stack.get("source")
+                    hint = f"; {source}" if isinstance(source, str) else ""
+                    self.error(
+                        ("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder){hint}"
+                    )
                     fit = False
                 else:
                     fit = (
