@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from nspec.compiler.context import TEXT_TOLERANCE
 from nspec.compiler.run_directory import compile_run, plan
-from nspec.errors import CompileError
+from nspec.errors import CompileError, SpecError
 from nspec.spec import load_spec
 from tests.conftest import SPECS, shipped_specs
 
@@ -194,8 +194,12 @@ def test_a_request_over_the_shard_byte_limit_is_an_error(spec_file, tmp_path):
 
 def test_cells_beyond_max_context(spec_file, tmp_path):
     too_long = SMALL.replace("{id: openai/gpt-4.1-mini, ", "{id: openai/gpt-4.1-mini, max_context: 500, ")
-    with pytest.raises(CompileError, match=r"at context length 900 exceeds the model's max_context \(500\)"):
+    with pytest.raises(SpecError) as refused:  # refused with the spec, as validate refuses it
         compile_spec(spec_file(too_long, "a.yaml"), tmp_path)
+    assert [str(issue) for issue in refused.value.issues] == [
+        "a.yaml:14:44: models[0].max_context: context length 900 exceeds the model's max_context (500); shorten "
+        "grid.context_lengths or set run.on_too_long: drop"
+    ]
     dropped = compile_spec(spec_file(too_long + "run: {on_too_long: drop}\n", "b.yaml"), tmp_path).path
     manifest = json.loads((dropped / "manifest.json").read_text())
     gpt = manifest["models"][0]

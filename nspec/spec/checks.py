@@ -444,6 +444,24 @@ class _Checker:
                         f"context length {_short(too_small)} leaves no room for the prompt: it must exceed "
                         f"reserve_tokens ({reserve}, {format_path(path)})",
                     )
+            self.beyond_max_context(values)
+
+    def beyond_max_context(self, lengths: list[int]) -> None:
+        """A length past a model's max_context is compile's refusal under `run.on_too_long: error` (the default):
+        said here, at the model's max_context."""
+        run = self.data.get("run")
+        if isinstance(run, dict) and run.get("on_too_long", "error") != "error":
+            return
+        for path, model in self.model_entries():
+            limit = model.get("max_context")
+            if isinstance(limit, int) and not isinstance(limit, bool) and self.valid((*path, "max_context")):
+                over = [v for v in lengths if v > limit]
+                if over:
+                    self.error(
+                        (*path, "max_context"),
+                        f"context length {_short(over)} exceeds the model's max_context ({limit}); shorten "
+                        "grid.context_lengths or set run.on_too_long: drop",
+                    )
 
     def reserves(self) -> Iterator[tuple[Path, int]]:
         """Every reserve_tokens that applies to some cell, with the path that sets it."""
