@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nspec.errors import CompileError
+from nspec.inputs import Confinement
 from nspec.prompt import Prompt, Turn
 from nspec.providers import Provider, as_sent
 from nspec.providers import provider as provider_api
@@ -185,6 +186,8 @@ class CellMaker:
         source: HaystackSource | None,
         counts: CountsFile | None = None,
         fetch: dict[str, Fetch] | None = None,
+        base_dir: str = ".",
+        confinement: Confinement | None = None,
     ) -> None:
         self.spec = spec
         self.seed: int = spec.get("seed", 0)
@@ -195,7 +198,12 @@ class CellMaker:
         params = registry.params_of(spec)
         self.swept = bool(registry.sweeps(spec))
         self.tasks = [
-            (point, self.family.task(Setup(spec, {**params, **point}, source if self.fills else None, self.seed)))
+            (
+                point,
+                self.family.task(
+                    Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir, confinement)
+                ),
+            )
             for point in registry.points(spec)
         ]
         self.models = models_of(spec, counts, fetch)

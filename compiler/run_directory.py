@@ -273,7 +273,7 @@ def prepare(
     task family that places its content in one."""
     needs = registry.family(registry.named(spec)).needs_haystack
     source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
-    maker = CellMaker(spec, source, counts, fetch)
+    maker = CellMaker(spec, source, counts, fetch, base_dir, confinement)
     cells = maker.count()
     if cells > max_cells:
         raise CompileError(

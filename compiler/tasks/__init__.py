@@ -30,6 +30,8 @@ from ..context import Insert
 from ..draws import Draws
 
 if TYPE_CHECKING:
+    from nspec.inputs import Confinement
+
     from ..haystack import HaystackSource
     from .ruler.base import Built  # what a sized build returns (RULER's generators return it too)
 
@@ -98,6 +100,8 @@ class Setup:
     params: Mapping[str, Any]
     source: HaystackSource | None
     seed: int
+    base_dir: str = "."  # where the files its parameters name are, relative to (the spec's folder)
+    confinement: Confinement | None = None  # the folders those files must lie in
 
     @property
     def grid(self) -> Mapping[str, Any]:
@@ -176,3 +180,7 @@ class Family(Protocol):
         ...
 
     def task(self, setup: Setup) -> Task: ...
+
+    # Optional: ``check(params, base_dir, confinement) -> list[tuple[str, str]]``, what the family refuses beyond its
+    # schema at one point of `grid.params` (a data file not of its shape, a count its data cannot meet), as
+    # (parameter, message); `nspec validate` locates each at the parameter, so validate, plan and compile refuse alike.
