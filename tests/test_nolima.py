@@ -1,18 +1,16 @@
 """The `nolima` family: latent needle-question pairs (NoLiMa's needle-set format, nspec's own set by default), the
 answer a character's name found once in the prompt, only in the needle; its data files and its latency checked by
-validate, plan and compile alike; run and reported by question kind."""
+validate, plan and compile alike. (A run through the emulator and its report: `tests/test_context_rot.py`, whose
+family is this one with more factors.)"""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
 from nspec.compiler.tasks import nolima
-from nspec.runners.emulator.config import Degrade, Responder
-from nspec.runners.emulator.responders import make_responder
 
 SPEC = """\
 nspec: 1
@@ -147,27 +145,3 @@ def test_bad_pairs_and_parameters_are_located_in_validate_plan_and_compile(
     for command in (["validate"], ["plan"], ["compile", "-o", "out"]):
         result = cli(*command, name)
         assert result.code == 2 and error in result.err, (command, result.err)
-
-
-def test_a_latent_run_is_scored_and_reported_by_question_kind(cli, spec_file, tmp_path, emulator, api_keys):
-    emu = emulator()
-    spec = SPEC.replace(
-        "models: [{id: openai/gpt-4.1-mini}, {id: anthropic/claude-haiku-4-5}]",
-        f'models: [{{id: openai/gpt-4.1-mini, base_url: "{emu.openai_base_url}", mode: live}}]',
-    )
-    name = spec_file(spec)
-    run, cells, _ = compiled(cli, name, tmp_path / "out")
-    emu.emulation.responder = make_responder(
-        Responder(kind="cells", run=str(run), degrade=Degrade(miss_rate=0.3)), 0, None
-    )
-    result = cli("run", name, "--wait", "-o", str(tmp_path / "out"))
-    assert result.code == 0, result.err
-    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
-    assert {s["scorers"][0]["scorer"] for s in scores} == {"contains"}
-    passed = sum(s["verdict"] == "pass" for s in scores)
-    assert 0 < passed < len(scores) == len(cells)
-    summary = list(csv.DictReader((run / "report" / "summary.csv").read_text().splitlines()))
-    kinds = {json.loads(r["axes"])["question"] for r in summary if r["axes"]}
-    assert kinds == {c["axes"]["question"] for c in cells}
-    page = (run / "report" / "index.html").read_text()
-    assert "by question" in page

@@ -234,6 +234,7 @@ class NolimaTask:
             pairs, characters = load_needle_set(params.get("needle_set", BUILT_IN), setup.base_dir, setup.confinement)
         except NeedleSetError as exc:
             raise CompileError(str(exc)) from None
+        self.every = pairs  # every pair of the set, asked or not
         self.pairs = asked(pairs, params)
         self.per_trial: int | None = params.get("pairs_per_trial")
         self.seed = setup.seed

