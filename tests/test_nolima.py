@@ -100,7 +100,7 @@ def test_a_needle_set_in_nolima_s_format_is_read(cli, spec_file, tmp_path):
     (tmp_path / "set.json").write_text(json.dumps(NOLIMA_SET), encoding="utf-8")
     spec = SPEC.replace("questions: [onehop, twohop], latent: true, pairs_per_trial: 3", "needle_set: set.json")
     spec = spec.replace(", {id: anthropic/claude-haiku-4-5}", "")
-    _, cells, _ = compiled(cli, spec_file(spec), tmp_path / "out")
+    first, cells, _ = compiled(cli, spec_file(spec), tmp_path / "out")
     assert {c["question"] for c in cells} == {
         "Which character has been to Queensland?",
         "Which character has been to Australia?",
@@ -109,6 +109,10 @@ def test_a_needle_set_in_nolima_s_format_is_read(cli, spec_file, tmp_path):
         (answer,) = cell["expected"]
         assert answer in NOLIMA_SET[0]["character_set"]
         assert cell["data"]["needle"] == f"Actually, {answer} swam beside the Great Barrier Reef last year."
+    changed = [{**NOLIMA_SET[0], "character_set": ["Oskar", "Priya"]}]
+    (tmp_path / "set.json").write_text(json.dumps(changed), encoding="utf-8")
+    run, _, _ = compiled(cli, "spec.yaml", tmp_path / "out")
+    assert run != first  # the set read enters the compile hash
 
 
 @pytest.mark.parametrize(

@@ -146,6 +146,10 @@ class Task(Protocol):
         an insert), so the prompt cache can be planned before the cells are made. Others: []."""
         ...
 
+    # Optional attributes: ``haystack``, a variant of the spec's haystack its Fill drafts are cut from (e.g.
+    # sentence-shuffled; tokenised once beside the spec's); ``inputs_digest``, a digest of what it read from files its
+    # parameters name, which enters the compile hash.
+
 
 class Family(Protocol):
     """A kind of task, found by name in the registry (`tasks.registry`)."""

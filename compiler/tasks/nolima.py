@@ -21,6 +21,7 @@ needle's words, for comparison. `latent: true` refuses pairs whose needle and qu
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -235,6 +236,8 @@ class NolimaTask:
         except NeedleSetError as exc:
             raise CompileError(str(exc)) from None
         self.every = pairs  # every pair of the set, asked or not
+        read = json.dumps([[vars(p) for p in pairs], characters], sort_keys=True)
+        self.inputs_digest = hashlib.sha256(read.encode()).hexdigest()  # the set as read, for the compile hash
         self.pairs = asked(pairs, params)
         self.per_trial: int | None = params.get("pairs_per_trial")
         self.seed = setup.seed
