@@ -138,6 +138,11 @@ def test_a_needle_set_in_nolima_s_format_is_read(cli, spec_file, tmp_path):
         (("latent: true", "needle_set: none.json"), None, "task.params.needle_set: none.json does not exist"),
         (("questions: [onehop, twohop]", "question: [onehop]"), None, "task.params.question: unknown key"),
         (("name: nolima", "name: nolma"), None, "task.name: unknown task family 'nolma'"),
+        (
+            ("{corpus: austen}", "{stack: {items: i.jsonl, questions: q.jsonl}}"),
+            None,
+            "task: the nolima task family hides needles in text; a `stack` haystack is the stack family's",
+        ),
     ],
 )
 def test_bad_pairs_and_parameters_are_located_in_validate_plan_and_compile(

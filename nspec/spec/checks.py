@@ -191,9 +191,10 @@ class _Checker:
         is_stack = isinstance(haystack, dict) and "stack" in haystack
         if family.name == "stack" and isinstance(haystack, dict) and not is_stack:
             self.error(("haystack",), "the stack task family reads a `stack` haystack (haystack: {stack: ...})")
-        if family.name == "needle" and is_stack:
+        if family.name != "stack" and is_stack:
             self.error(
-                ("task",), "the needle task family hides needles in text; a `stack` haystack is the stack family's"
+                ("task",),
+                f"the {family.name} task family hides needles in text; a `stack` haystack is the stack family's",
             )
 
     def no_haystack_sections(self, family: Family) -> None:
