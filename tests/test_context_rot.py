@@ -172,3 +172,29 @@ def test_embedding_similarity_comes_from_the_installed_extra(cli, spec_file, tmp
         assert cell["data"]["similarity"] == cosine and cell["data"]["similarity_kind"] == "embedding"
         assert cell["axes"]["similarity"] == round(cosine, 1)
     assert os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_with_distractors_a_name_inside_another_is_never_drawn(cli, spec_file, tmp_path):
+    """Ann inside Anna would be found twice in a prompt whose distractor is Anna's."""
+    (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
+    needle_set = [
+        {
+            "id": "0001",
+            "needle": "{CHAR} keeps a kayak at {1}.",
+            "questions": {"onehop": "Which character has been to {2}?"},
+            "character_set": ["Ann", "Anna", "Bo"],
+            "tests": {
+                "T01": {"input_args": ["Lake Bled", "Slovenia"]},
+                "T02": {"input_args": ["Lake Tahoe", "Nevada"]},
+            },
+        }
+    ]
+    (tmp_path / "set.json").write_text(json.dumps(needle_set), encoding="utf-8")
+    spec = SPEC.replace("questions: [onehop, literal], pairs_per_trial: 2", "needle_set: set.json")
+    spec = spec.replace("distractors: [0, 4], haystack_order: [coherent, shuffled]", "distractors: [0, 1]")
+    _, cells, requests = compiled(cli, spec_file(spec), tmp_path / "out")
+    for cell in cells:
+        with_distractor = cell["axes"]["distractors"] == 1
+        assert cell.get("data", {}).get("excluded_characters", []) == (["Ann"] if with_distractor else [])
+        assert user_text(requests[cell["cell_id"]]).count(cell["expected"][0]) == 1
+    assert {c["expected"][0] for c in cells if c["axes"]["distractors"] == 1} <= {"Anna", "Bo"}

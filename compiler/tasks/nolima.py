@@ -247,7 +247,13 @@ class NolimaTask:
         # A name anywhere else in the prompt would be found without the needle: such names are never drawn.
         elsewhere = [*setup.source.documents, _prompt_texts(setup.spec), *(p.needle + p.question for p in pairs)]
         every = sorted({n for names in characters.values() for n in names})
-        self.excluded = [n for n in every if any(n in text for text in elsewhere)]
+        # With distractors, a name inside another (Ann, Anna) would be found twice.
+        nested = self.names_needed() > 1
+        self.excluded = [
+            n
+            for n in every
+            if any(n in text for text in elsewhere) or (nested and any(n in m and m != n for m in every))
+        ]
         self.characters = {e: [n for n in names if n not in self.excluded] for e, names in characters.items()}
         for pair in self.pairs:
             if len(self.characters[pair.experiment]) < self.names_needed():
