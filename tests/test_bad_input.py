@@ -557,3 +557,76 @@ def test_an_output_path_through_a_file_is_refused_naming_it(cli, spec_file, tmp_
         result = cli(command, run, "-o", "afile/x")
         assert result.code == 2, result.err
         assert "cannot write afile/x: Not a directory — a part of this path is a file, not a folder" in result.err
+
+
+# -- judge prompts: refused at validate, plan and compile, before anything is paid for ---------------------------------
+
+JUDGE_PROMPT = "scoring:\n  - contains: '{answer}'\n  - judge: {models: [openai/gpt-4.1-mini], %s}\n"
+
+
+@pytest.mark.parametrize(
+    "judge, message",
+    [
+        (
+            "prompt: nspek",
+            "14:52: scoring[1].judge.prompt: unknown judge prompt preset 'nspek': the presets are needlehaystack, "
+            "nian, nspec; did you mean 'nspec'?",
+        ),
+        (
+            "prompt: ''",
+            "14:52: scoring[1].judge.prompt: the judge prompt is empty: name a preset (needlehaystack, nian, nspec) or "
+            "give {system, user}",
+        ),
+        (
+            "prompt: needlehaystack, rubric: pass-fail",
+            "14:52: scoring[1].judge.prompt: prompt needlehaystack grades by rubric score-10, but `rubric` is "
+            "pass-fail: remove `rubric` or set it to score-10",
+        ),
+        (
+            "prompt: nian, rubric: score-10, threshold: 7",
+            "14:52: scoring[1].judge.prompt: prompt nian grades by rubric pass-fail, but `rubric` is score-10: remove "
+            "`rubric` or set it to pass-fail",
+        ),
+        (
+            "prompt: needlehaystack",
+            "14:12: scoring[1].judge: rubric score-10 (prompt needlehaystack grades 1-10) needs `threshold`: the "
+            "lowest score that passes (e.g. 7)",
+        ),
+        (
+            "prompt: {system: 'Grade {answr}.', user: 'Q: {question} A: {answer}'}",
+            "14:61: scoring[1].judge.prompt.system: unknown placeholder {answr}; a judge prompt may use {answer}, "
+            "{expected}, {needle}, {question}",
+        ),
+        (
+            "prompt: {user: 'Reply {\"verdict\": 1} to {answer}'}",
+            '14:59: scoring[1].judge.prompt.user: placeholder {"verdict": 1} must be a plain name such as {answer}; '
+            "write {{ and }} for literal braces",
+        ),
+        (
+            "prompt: {user: 'Grade {answer} }'}",
+            "14:59: scoring[1].judge.prompt.user: Single '}' encountered in format string; write {{ or }} for a "
+            "literal brace",
+        ),
+        (
+            "prompt: {system: ' ', user: 'Grade {answer}'}",
+            "14:61: scoring[1].judge.prompt.system: `system` is empty: write the judge's system message, or leave it "
+            "out",
+        ),
+        ("prompt: {user: ''}", "14:59: scoring[1].judge.prompt.user: `user` is empty: write what asks the judge"),
+        (
+            "prompt: {user: 'Is {expected} right?'}",
+            "14:59: scoring[1].judge.prompt.user: the judge never sees the answer it grades: put {answer} in `user`",
+        ),
+        (
+            "prompt: {system: 'Grade {answer}'}",
+            "14:44: scoring[1].judge.prompt: missing required key 'user' in `scoring[1].judge.prompt`",
+        ),
+    ],
+)
+def test_a_judge_prompt_that_cannot_be_sent_is_refused(cli, spec_file, judge, message):
+    spec = spec_file(BASE + JUDGE_PROMPT % judge)
+    for command in ("validate", "plan", "compile"):
+        result = cli(command, spec)
+        assert result.code == 2, (command, result.err)
+        assert f"spec.yaml:{message}" in result.err, (command, result.err)
+        assert "Traceback" not in result.err

@@ -10,10 +10,9 @@ import json
 import pytest
 
 from nspec.compiler.caching import reads_to_pay
+from nspec.compiler.judge_prompts import JUDGE_PROMPT_TOKENS, PRESETS, Graded
 from nspec.compiler.prices import LongContext, Price, Usage, price_for
-from nspec.compiler.run_directory import JUDGE_PROMPT_TOKENS
 from nspec.compiler.tokenizers import encoding
-from nspec.runners.grading.judging import judge_prompt
 
 pytestmark = pytest.mark.usefixtures("api_keys")
 
@@ -42,8 +41,9 @@ def test_a_write_pays_after_one_read_at_five_minutes_and_two_at_an_hour():
 
 
 def test_the_judge_prompt_estimate_covers_the_prompt():
+    empty = Graded("", [""], [], "", False, "x")
     fixed = [
-        sum(encoding("o200k_base").count(t) for t in judge_prompt(rubric, "", [""], [], "", False, "x"))
+        sum(encoding("o200k_base").count(t or "") for t in PRESETS["nspec"].messages(rubric, empty))
         for rubric in ("pass-fail", "score-10")
     ]
     assert max(fixed) <= JUDGE_PROMPT_TOKENS < max(fixed) * 1.25

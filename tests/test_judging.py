@@ -7,8 +7,9 @@ import pytest
 from anthropic.types.messages.batch_create_params import Request as AnthropicBatchRequest
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
+from nspec.compiler.judge_prompts import PRESETS, Graded
 from nspec.runners.emulator.config import Faults, JudgeFaults, Responder
-from nspec.runners.grading.judging import Vote, combine, judge_key, judge_prompt, parse_vote, quorum
+from nspec.runners.grading.judging import Grading, Vote, combine, parse_vote, quorum
 from tests.contract import assert_run_valid
 from tests.test_compile import check_typed_dict
 from tests.test_runners import batches_on, compile_for
@@ -64,20 +65,14 @@ def test_vote_rules():
 
 
 def test_judge_prompt_shows_question_expected_alternates_and_answer():
-    _, user = judge_prompt(
-        "pass-fail",
-        "What is the code?",
-        ["1234567"],
-        ["1,234,567"],
-        "It is 1234567.",
-        negative=False,
-        needle="The code is 1234567.",
-    )
+    nspec = PRESETS["nspec"]
+    graded = Graded("What is the code?", ["1234567"], ["1,234,567"], "It is 1234567.", False, "The code is 1234567.")
+    _, user = nspec.messages("pass-fail", graded)
     assert "Question: What is the code?" in user and "Expected answer: 1234567" in user
     assert "<passage>\nThe code is 1234567.\n</passage>" in user  # the judge can tell a quote from an invention
     assert "- 1,234,567" in user and "<answer_to_grade>\nIt is 1234567.\n</answer_to_grade>" in user
     assert user.endswith("Reply with aaa or bbb only.")
-    _, negative = judge_prompt("score-10", "What is the code?", [], [], "UNANSWERABLE", negative=True)
+    _, negative = nspec.messages("score-10", Graded("What is the code?", [], [], "UNANSWERABLE", True, None))
     assert "Expected answer: none." in negative and negative.endswith("Reply with the score only.")
 
 
@@ -140,7 +135,8 @@ def test_judges_decide_what_scorers_leave_undecided(emulator, tmp_path, cli):
                 check_typed_dict(AnthropicBatchRequest, request)
             else:
                 check_typed_dict(CompletionCreateParamsNonStreaming, request["body"])
-                keys = {judge_key("openai/gpt-4.1-mini", "pass-fail"), judge_key("openai/gpt-4o-mini", "pass-fail")}
+                grading = Grading.of({"rubric": "pass-fail"})
+                keys = {grading.key("openai/gpt-4.1-mini"), grading.key("openai/gpt-4o-mini")}
                 assert request["custom_id"].rsplit("-", 1)[1] in keys
     again = cli("score", str(run))  # grading again sends nothing new
     assert again.code == 0 and batches_on(emu) == (2, 1)

@@ -447,10 +447,11 @@ def test_an_emulated_reasoning_model_spends_its_reasoning_first():
 
 def judge(entry: dict):
     from nspec.compiler.cells import models_of
+    from nspec.compiler.judge_prompts import JUDGE_ANSWER_TOKENS
     from nspec.compiler.run_directory import judge_budget
 
     (model,) = models_of({"models": [entry]})
-    return judge_budget(model)
+    return judge_budget(model, JUDGE_ANSWER_TOKENS)
 
 
 @pytest.mark.parametrize(
@@ -509,21 +510,22 @@ def test_a_reasoning_model_with_too_small_a_budget_is_warned(spec_file):
 
 def test_a_reasoning_judge_gives_verdicts_where_sixteen_tokens_gave_none(make_emulator):  # noqa: F811
     from nspec.compiler.cells import models_of
-    from nspec.runners.grading.judging import judge_request, parse_vote
+    from nspec.runners.grading.judging import Grading
 
     emu = make_emulator(responder=Responder(reasoning_share=0.125))
     client = oai(emu)
     cell = {"question": "What is the code?", "expected": ["1234567"], "negative": False, "needles": []}
     (o3,) = models_of({"models": [{"id": "openai/o3"}]})
-    line = judge_request(o3, "pass-fail", cell, "The code is 1234567.", "c-1")
+    grading = Grading.of({"rubric": "pass-fail"})
+    line = grading.request(o3, cell, "The code is 1234567.", "c-1")
     assert line["body"]["reasoning_effort"] == "low" and line["body"]["max_completion_tokens"] == 2048 + 16
     reply = client.chat.completions.create(**line["body"])
-    assert parse_vote("pass-fail", reply.choices[0].message.content, None).vote == "pass"
+    assert grading.read(reply.choices[0].message.content).vote == "pass"
     assert reply.usage.completion_tokens_details.reasoning_tokens == 256
     # What a judge of 16 tokens got: its reasoning took them all, and the reply held no verdict.
     cut = client.chat.completions.create(**{**line["body"], "max_completion_tokens": 16})
     assert cut.choices[0].finish_reason == "length"
-    assert parse_vote("pass-fail", cut.choices[0].message.content or "", None).vote is None
+    assert grading.read(cut.choices[0].message.content or "").vote is None
 
 
 # -- the shipped specs compile to lines the APIs accept ------------------------------------------------------------
@@ -544,7 +546,7 @@ def accepted(api, line: dict) -> list[str]:
 def test_every_shipped_spec_compiles_to_lines_the_apis_accept(name, tmp_path, monkeypatch):
     from nspec.compiler import grid as grid_axes
     from nspec.compiler.cells import models_of
-    from nspec.runners.grading.judging import judge_request
+    from nspec.runners.grading.judging import Grading
 
     monkeypatch.chdir(SPECS.parent)
     loaded = load_spec(f"specs/{name}")
@@ -564,7 +566,7 @@ def test_every_shipped_spec_compiles_to_lines_the_apis_accept(name, tmp_path, mo
     judging = next((s["judge"] for s in spec.get("scoring", []) if "judge" in s), None)
     cell = json.loads((run / "cells.jsonl").read_text().splitlines()[0])
     for model in models_of({"models": judging["models"]}) if judging else []:
-        line = judge_request(model, judging.get("rubric", "pass-fail"), cell, "an answer", "judge-1")
+        line = Grading.of(judging).request(model, cell, "an answer", "judge-1")
         assert accepted(model.api, line) == [], model.label
 
 

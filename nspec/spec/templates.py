@@ -24,7 +24,9 @@ def placeholders(template: str) -> Counter[str]:
             continue
         if not name.isidentifier() or spec or conversion:
             shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-            raise TemplateError(f"placeholder {shown} must be a plain name such as {{answer}}")
+            raise TemplateError(
+                f"placeholder {shown} must be a plain name such as {{answer}}; write {{{{ and }}}} for literal braces"
+            )
         found[name] += 1
     return found
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.judge_prompts import ANSWER_CLOSE, ANSWER_OPEN, NO_ANSWER
 from nspec.errors import UserError
 from nspec.providers import message_text
 from nspec.runners.emulator.config import Responder as ResponderConfig
-from nspec.runners.grading.judging import ANSWER_CLOSE, ANSWER_OPEN
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -104,6 +104,51 @@ def _words(text: str) -> set[str]:
     return {w[:5] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}  # land ~ landed
 
 
+@dataclass(frozen=True)
+class JudgeAsked:
+    """What a judge prompt asks to grade: the answer, the answers it accepts (None: none exists, a negative
+    control), whether all of them are needed, and the form of the reply it asks for."""
+
+    answer: str
+    accepted: list[str] | None
+    needs_all: bool
+    form: str  # "tokens" (aaa or bbb), "score" (a bare 1-10) or "brackets" (an explanation, then "[[N]]")
+
+    def reply(self, right: bool) -> str:
+        if self.form == "tokens":
+            return "aaa" if right else "bbb"
+        if self.form == "score":
+            return "10" if right else "1"
+        return f"The answer {'matches' if right else 'misses'} the reference. Rating: [[{10 if right else 1}]]"
+
+
+def _between(text: str, start: str, end: str) -> str | None:
+    _, found, rest = text.partition(start)
+    return rest.partition(end)[0] if found and end in rest else None
+
+
+def judge_asked(prompt: str) -> JudgeAsked | None:
+    """The grading a user message asks for, if it is a judge prompt of one of nspec's presets (nspec's,
+    needlehaystack's, NIAN's); None for any other message, a spec's own judge prompt included."""
+    answer = _between(prompt, ANSWER_OPEN, ANSWER_CLOSE)
+    if answer is not None:  # nspec's: every expected answer is needed
+        line = next((ln for ln in prompt.splitlines() if ln.startswith("Expected answer:")), "")
+        expected = line.removeprefix("Expected answer:").strip()
+        accepted = None if expected.startswith("none.") else expected.split(" | ")
+        return JudgeAsked(answer, accepted, True, "tokens" if "reply aaa" in prompt else "score")
+    answer = _between(prompt, "[The Start of Assistant's Answer]\n", "\n[The End of Assistant's Answer]")
+    truth = _between(prompt, "[Ground truth]\n", "\nBegin your evaluation")
+    if answer is not None and truth is not None:  # needlehaystack's (LangChain's): the needle is the reference
+        return JudgeAsked(answer, None if truth == NO_ANSWER else truth.splitlines(), True, "brackets")
+    answer = _between(prompt, "And this is the generated answer to the question:\n\n", "\n\nYou need to determine")
+    if answer is not None:  # NIAN's: any good answer will do
+        one = _between(prompt, "An example of a good answer to this question is:\n\n", "\n")
+        few = _between(prompt, "Examples of good answers to this question are: \n", "\n")
+        good = [one] if one is not None else (few or "").strip("'").split("', '")
+        return JudgeAsked(answer, None if good == [NO_ANSWER] else good, False, "tokens")
+    return None
+
+
 class Oracle:
     def __init__(self, config: ResponderConfig, seed: int, count_tokens: Any) -> None:
         self.config = config
@@ -118,8 +163,9 @@ class Oracle:
         if not users:
             return Reply(self.config.not_found, False)
         last = users[-1]
-        if ANSWER_OPEN in last and ANSWER_CLOSE in last:
-            verdict = self._judge(last, model)
+        asked = judge_asked(last)
+        if asked is not None:
+            verdict = self._judge(last, asked, model)
             return Reply(verdict, True, refused=verdict == JUDGE_REFUSAL)
         # The question sentences of the message's last paragraph, where prompts put the question ("What is X?
         # Answer briefly."); the haystack before it may hold questions of its own (dialogue).
@@ -144,29 +190,26 @@ class Oracle:
             return Reply(self.config.not_found, False)
         return Reply(" ".join(found), True)
 
-    def _judge(self, prompt: str, model: str) -> str:
-        """Grade an answer as nspec's judge prompts ask: right if it holds every expected answer (or, when none is
-        expected, says it is not there and gives no number), in the rubric's reply form — unless the config's
-        judge faults make this judge refuse or reply without a verdict."""
+    def _judge(self, prompt: str, asked: JudgeAsked, model: str) -> str:
+        """Grade an answer as a judge prompt of nspec's presets asks: right if it holds the answers the prompt
+        accepts (or, when none exists, says it is not there and gives no number), in the prompt's reply form —
+        unless the config's judge faults make this judge refuse or reply without a verdict."""
         faults = self.config.judge
         if model in faults.refusing_models:
             return JUDGE_REFUSAL
-        asked = (model, hashlib.sha256(prompt.encode()).hexdigest())
-        self._asked[asked] += 1
-        if model in faults.unreadable_models or self._asked[asked] <= faults.unreadable_first:
+        key = (model, hashlib.sha256(prompt.encode()).hexdigest())
+        self._asked[key] += 1
+        if model in faults.unreadable_models or self._asked[key] <= faults.unreadable_first:
             return "The answer seems mostly in line with the expected one."
-        answer = prompt.split(ANSWER_OPEN, 1)[1].split(ANSWER_CLOSE, 1)[0].strip().lower()
-        expected_line = next((ln for ln in prompt.splitlines() if ln.startswith("Expected answer:")), "")
-        expected = expected_line.removeprefix("Expected answer:").strip()
-        if expected.startswith("none."):
+        answer = asked.answer.strip().lower()
+        if asked.accepted is None:
             right = any(
                 p in answer for p in ("not found", "unanswerable", "not contain", "cannot find")
             ) and not re.search(r"\d{3,}", answer)
         else:
-            right = all(e.strip().lower() in answer for e in expected.split(" | ") if e.strip())
-        if "reply aaa" in prompt:
-            return "aaa" if right else "bbb"
-        return "10" if right else "1"
+            found = [a.strip().lower() in answer for a in asked.accepted if a.strip()]
+            right = all(found) if asked.needs_all else any(found)
+        return asked.reply(right)
 
     def _best(self, context: str, question: str) -> list[tuple[int, str]]:
         wanted = _words(question)

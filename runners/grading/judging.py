@@ -2,10 +2,13 @@
 same runners and ledger as the answers, then parsed into votes and combined.
 
 Rubrics: `pass-fail` uses NIAN's verdict tokens — "aaa" passes, "bbb" fails (tokens a correct answer of "No" cannot
-be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold.
+be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold. The prompt that asks
+for the verdict (`nspec.compiler.judge_prompts`: nspec's own, a reference's, or the spec's) says how the reply is
+read, within its rubric.
 
-A judge's answer budget is a verdict's tokens; a judge that reasons is asked to reason least and given room for that
-reasoning besides (`nspec.compiler.run_directory.judge_budget`), so its reasoning does not use up the budget.
+A judge's answer budget is the prompt's (a verdict's tokens, or room for the explanation a reference's prompt asks
+for first); a judge that reasons is asked to reason least and given room for that reasoning besides
+(`nspec.compiler.run_directory.judge_budget`), so its reasoning does not use up the budget.
 
 A reply that errors, refuses, or holds no readable verdict (both tokens, neither, no score) is not a vote: it is
 asked again, under a new request id, until the run's retry attempts are used up. Votes combine over the judges that
@@ -24,80 +27,59 @@ from typing import Any
 
 from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
+from nspec.compiler.judge_prompts import DEFAULT_PRESET, PRESETS, Graded, JudgePrompt, judge_prompt, judge_rubric
 from nspec.compiler.run_directory import ShardWriter, effective_mode, judge_budget
 from nspec.prompt import Prompt
 from nspec.runners.grading.grader import needle_text
 from nspec.runners.rundir import Run, shard_lines
 
 STAGE = "judge"
-ANSWER_OPEN, ANSWER_CLOSE = "<answer_to_grade>", "</answer_to_grade>"
 _REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|can't|cannot|unable|won't)\b", re.IGNORECASE)
 _SCORE = re.compile(r"(?<!\d)(10|[1-9])(?:\s*/\s*10)?(?!\d)")
-_SCALE = """\
-Score the answer from 1 to 10:
-1: unrelated to the expected answer.
-3: minor relevance, but wrong.
-5: moderately right, with inaccuracies.
-7: aligned with the expected answer, with minor omissions.
-10: completely accurate.
-Reply with the score only."""
+# LangChain's rule (ScoreStringResultOutputParser): the first [[...]] holds the score, exactly 1 to 10.
+_DOUBLE_BRACKETS = re.compile(r"\[\[(.*?)\]\]")
+_BRACKETED_SCORES = [*"123456789", "10"]
 
 
-def judge_prompt(
-    rubric: str,
-    question: str,
-    expected: list[str],
-    alternates: list[str],
-    answer: str,
-    negative: bool,
-    needle: str | None = None,
-) -> tuple[str, str]:
-    """The (system, user) messages asking a judge to grade one answer. The judge sees the needle (or stack item)
-    the question is about, not the whole context, so it can tell a quote from an invention."""
-    system = (
-        "You grade answers to questions about a long document. You see only the passage the question is about, "
-        "not the whole document: compare the answer with the expected answer. Be strict about facts, lenient "
-        "about wording. An answer that says the document lacks the answer, or quotes text the passage does not "
-        "hold, is not correct."
-    )
-    if negative:
-        truth = (
-            "Expected answer: none. The document does not contain the answer; a correct answer says so and "
-            "gives no value of its own."
+@dataclass(frozen=True)
+class Grading:
+    """How a panel grades: by which rubric, asked by which prompt, passing from which score (score-10)."""
+
+    rubric: str
+    prompt: JudgePrompt
+    threshold: int | None
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> Grading:
+        """The grading of a judge entry of the spec (or of the judge stage's manifest, which records the same)."""
+        return cls(judge_rubric(settings), judge_prompt(settings.get("prompt")), settings.get("threshold"))
+
+    def key(self, label: str, attempt: int = 1) -> str:
+        """A short, stable key of a judge, the rubric and prompt it grades with and the attempt: a request id stays
+        the same when the panel around it changes, a new rubric or prompt means new requests, and asking again
+        after a reply with no verdict is a new request (results are keyed by request id and never overwritten)."""
+        name = f"{label}\0{self.rubric}" + (f"\0{self.prompt.key}" if self.prompt.key else "")
+        name += f"\0{attempt}" if attempt > 1 else ""
+        return hashlib.sha256(name.encode()).hexdigest()[:6]
+
+    def request(self, model: Model, cell: Mapping[str, Any], answer: str, custom_id: str) -> dict[str, Any]:
+        """The request line asking ``model`` to grade ``answer`` to ``cell``'s question."""
+        graded = Graded(
+            cell["question"],
+            list(cell["expected"]),
+            list(cell.get("alternates", [])),
+            answer,
+            cell["negative"],
+            needle_text(cell),
         )
-    else:
-        truth = "Expected answer: " + " | ".join(expected)
-    lines = [f"Question: {question}"]
-    if needle and not negative:
-        lines.append(f"The passage the question is about:\n<passage>\n{needle}\n</passage>")
-    lines.append(truth)
-    if alternates:
-        lines.append("Other answers that are also correct (examples):")
-        lines += [f"- {a}" for a in alternates]
-    lines.append(f"Answer to grade:\n{ANSWER_OPEN}\n{answer}\n{ANSWER_CLOSE}")
-    if rubric == "pass-fail":
-        lines.append(
-            "If the answer to grade is correct, reply aaa. If it is not, reply bbb. Reply with aaa or bbb only."
-        )
-    else:
-        lines.append(_SCALE)
-    return system, "\n\n".join(lines)
+        system, user = self.prompt.messages(self.rubric, graded)
+        params, budget = judge_budget(model, self.prompt.answer_tokens)
+        if self.prompt.structured:
+            params = model.api.structured_output(params, "verdict", verdict_schema(self.rubric))
+        return model.api.request_line(model.entry, custom_id, Prompt.ask(system, user), params, budget)
 
-
-def judge_request(model: Model, rubric: str, cell: Mapping[str, Any], answer: str, custom_id: str) -> dict[str, Any]:
-    """The request line asking ``model`` to grade ``answer`` to ``cell``'s question."""
-    system, user = judge_prompt(
-        rubric,
-        cell["question"],
-        cell["expected"],
-        cell.get("alternates", []),
-        answer,
-        cell["negative"],
-        needle_text(cell),
-    )
-    params, budget = judge_budget(model)
-    params = model.api.structured_output(params, "verdict", verdict_schema(rubric))
-    return model.api.request_line(model.entry, custom_id, Prompt.ask(system, user), params, budget)
+    def read(self, text: str) -> Vote:
+        return parse_vote(self.rubric, text, self.threshold, self.prompt)
 
 
 def verdict_schema(rubric: str) -> dict[str, Any]:
@@ -118,11 +100,12 @@ class Vote:
     score: int | None = None
 
 
-def parse_vote(rubric: str, text: str, threshold: int | None) -> Vote:
-    """A judge's reply as a vote. A structured (JSON) reply is read first; a reply with no readable verdict is no
+def parse_vote(rubric: str, text: str, threshold: int | None, prompt: JudgePrompt = PRESETS["nspec"]) -> Vote:
+    """A judge's reply as a vote, read as ``prompt`` asks for it: JSON first where it asked for structured output,
+    a score from "[[N]]" only where it asked for that (LangChain's rule). A reply with no readable verdict is no
     vote at all (never a fail: a judge's failure says nothing about the answer)."""
     reply = (text or "").strip()
-    if reply.startswith("{"):
+    if prompt.structured and reply.startswith("{"):
         try:
             data = json.loads(reply)
         except json.JSONDecodeError:
@@ -136,10 +119,17 @@ def parse_vote(rubric: str, text: str, threshold: int | None) -> Vote:
         if has_pass:
             return Vote(None, "no verdict: both verdict tokens")
         return Vote(None, "no verdict: the judge refused" if _REFUSAL.search(reply) else "no verdict: no verdict token")
-    match = _SCORE.search(reply)
-    if match is None:
-        return Vote(None, "no verdict: the judge refused" if _REFUSAL.search(reply) else "no verdict: no score 1-10")
-    score = int(match.group(1))
+    if prompt.brackets:
+        match = _DOUBLE_BRACKETS.search(reply)
+        found = match.group(1) if match is not None and match.group(1) in _BRACKETED_SCORES else None
+        missing = "no verdict: no [[rating]] of 1-10"
+    else:
+        match = _SCORE.search(reply)
+        found = match.group(1) if match is not None else None
+        missing = "no verdict: no score 1-10"
+    if found is None:
+        return Vote(None, "no verdict: the judge refused" if _REFUSAL.search(reply) else missing)
+    score = int(found)
     return Vote("pass" if score >= (threshold or 7) else "fail", f"score {score}", score)
 
 
@@ -161,14 +151,6 @@ def judge_settings(run: Run) -> dict[str, Any] | None:
     return next((s["judge"] for s in run.spec.get("scoring") or [] if "judge" in s), None)
 
 
-def judge_key(label: str, rubric: str, attempt: int = 1) -> str:
-    """A short, stable key of a judge, the rubric it grades with and the attempt: a request id stays the same when
-    the panel around it changes, a new rubric means new requests, and asking again after a reply with no verdict
-    is a new request (results are keyed by request id and never overwritten)."""
-    name = f"{label}\0{rubric}" + (f"\0{attempt}" if attempt > 1 else "")
-    return hashlib.sha256(name.encode()).hexdigest()[:6]
-
-
 def judge_id(cell_id: str, key: str) -> str:
     return f"{cell_id}-{key}"  # at most 57 + 7 characters: within custom_id's 64
 
@@ -182,7 +164,7 @@ def compile_judges(run: Run) -> int:
     if settings is None:
         return 0
     folder = run.path / STAGE
-    rubric = settings.get("rubric", "pass-fail")
+    grading = Grading.of(settings)
     always = settings.get("when", "undecided") == "always"
     verdicts = {score["cell_id"]: score.get("scorer_verdict", score["verdict"]) for score in run.scores()}
     wanted = {cid for cid, v in verdicts.items() if v != "error" and (always or v == "undecided")}
@@ -196,8 +178,8 @@ def compile_judges(run: Run) -> int:
     for m in models:
         for cid in wanted:
             attempt = 1
-            while judge_id(cid, judge_key(m.label, rubric, attempt)) in done:
-                reply = replies.get(judge_id(cid, judge_key(m.label, rubric, attempt)))
+            while judge_id(cid, grading.key(m.label, attempt)) in done:
+                reply = replies.get(judge_id(cid, grading.key(m.label, attempt)))
                 if reply is None or reply.vote is not None or reply.error or attempt >= attempts:
                     attempt = 0  # asked, and answered (or failed for good, or waiting): nothing to send
                     break
@@ -214,8 +196,8 @@ def compile_judges(run: Run) -> int:
             asking = todo.get((model.label, cell["cell_id"]))
             if asking is None:
                 continue
-            key = judge_key(model.label, rubric, asking)
-            request = judge_request(model, rubric, cell, texts[cell["cell_id"]], judge_id(cell["cell_id"], key))
+            key = grading.key(model.label, asking)
+            request = grading.request(model, cell, texts[cell["cell_id"]], judge_id(cell["cell_id"], key))
             writer.write(jsonl.encode(request))
         writer.close()
         entry = listed.setdefault(
@@ -230,9 +212,10 @@ def compile_judges(run: Run) -> int:
         )
         entry["shards"] = entry["shards"] + writer.shards
     manifest = {
-        "rubric": rubric,
+        "rubric": grading.rubric,
+        "prompt": settings.get("prompt", DEFAULT_PRESET),
         "vote": settings.get("vote", "majority"),
-        "threshold": settings.get("threshold"),
+        "threshold": grading.threshold,
         "quorum": quorum(settings, len(models)),
         "attempts": attempts,
         "when": settings.get("when", "undecided"),
@@ -258,10 +241,11 @@ class Reply:
 
 
 def _replies(run: Run) -> dict[str, Reply]:
-    """Every judge result so far by request id, read with the current rubric."""
+    """Every judge result so far by request id, read as the current rubric and prompt ask."""
     manifest = manifest_of(run)
     if manifest is None:
         return {}
+    grading = Grading.of(manifest)
     out = {}
     for result in run.results(STAGE):
         text = result.get("text") or ""
@@ -269,7 +253,7 @@ def _replies(run: Run) -> dict[str, Reply]:
             code = (result.get("error") or {}).get("code")
             out[result["cell_id"]] = Reply(None, f"no verdict: request failed ({code})", text, None, True)
         else:
-            vote = parse_vote(manifest["rubric"], text, manifest["threshold"])
+            vote = grading.read(text)
             out[result["cell_id"]] = Reply(vote.vote, vote.detail, text, vote.score, False)
     return out
 
@@ -277,22 +261,23 @@ def _replies(run: Run) -> dict[str, Reply]:
 def votes(run: Run) -> dict[str, list[dict[str, Any]]]:
     """The current panel's votes per cell, one per judge asked: its latest attempt's vote (pass or fail), or None
     with the reason it has none, and whether more is to come (`pending`: not answered yet, or to be asked again).
-    Replies of judges or rubrics no longer in the spec's scoring stay in the file but are not read."""
+    Replies of judges, rubrics or prompts no longer in the spec's scoring stay in the file but are not read."""
     manifest = manifest_of(run)
     if manifest is None:
         return {}
     replies = _replies(run)
+    grading = Grading.of(manifest)
     asked = {cid for m in manifest["models"] for s in m["shards"] for cid, _ in shard_lines(run.path / s["file"])}
     attempts = int(manifest.get("attempts", 1))
     out: dict[str, list[dict[str, Any]]] = {}
     for cell_id in manifest["cells"]:
         for label in manifest["judges"]:
             last = 0
-            while judge_id(cell_id, judge_key(label, manifest["rubric"], last + 1)) in asked:
+            while judge_id(cell_id, grading.key(label, last + 1)) in asked:
                 last += 1
             if not last:
                 continue
-            reply = replies.get(judge_id(cell_id, judge_key(label, manifest["rubric"], last)))
+            reply = replies.get(judge_id(cell_id, grading.key(label, last)))
             vote: dict[str, Any]
             if reply is None:
                 vote = {"vote": None, "detail": "waiting for the judge", "reply": "", "pending": True}

@@ -25,7 +25,7 @@ from nspec.errors import ProviderError, UserError
 from nspec.inputs import Confinement
 from nspec.prompt import Prompt
 from nspec.providers import Outcome, credentials
-from nspec.runners.grading.judging import Vote, judge_key, judge_request, parse_vote, quorum
+from nspec.runners.grading.judging import Grading, Vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
 from nspec.spec.templates import render
@@ -150,7 +150,7 @@ def ask_judges(
     again up to ``attempts`` times in all; votes combine as in a run (quorum, rule). Returns each cell's votes,
     judge verdict, and verdict."""
     judges = models_of({"models": settings["models"]})
-    rubric = settings.get("rubric", "pass-fail")
+    grading = Grading.of(settings)
     callers = {
         m.label: CallerSettings(m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts)
         for m in judges
@@ -162,8 +162,8 @@ def ask_judges(
             break
         requests: dict[str, tuple[str, Model, LiveRequest]] = {}
         for cid, model in todo:
-            rid = f"{cid}-{judge_key(model.label, rubric, attempt)}"
-            line = judge_request(model, rubric, cells[cid], answers[cid], rid)
+            rid = f"{cid}-{grading.key(model.label, attempt)}"
+            line = grading.request(model, cells[cid], answers[cid], rid)
             requests[rid] = (
                 cid,
                 model,
@@ -177,7 +177,7 @@ def ask_judges(
             if outcome.status != "ok":
                 vote = Vote(None, f"no verdict: request failed ({(outcome.error or {}).get('code')})")
             else:
-                vote = parse_vote(rubric, outcome.text or "", settings.get("threshold"))
+                vote = grading.read(outcome.text or "")
                 if vote.vote is None and attempt < attempts:
                     todo.append((cid, model))
             votes[(cid, model.label)] = {

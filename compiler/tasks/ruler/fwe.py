@@ -1,0 +1,106 @@
+"""RULER's frequent words extraction (`fwe`): coded words (random strings of 6 lower-case letters) whose counts follow a
+Zipf (zeta) law; the most frequent "word" is RULER's noise ``...``, and the model names the three that follow it.
+Rebuilt from NVIDIA/RULER ``scripts/data/synthetic/freq_words_extraction.py`` with the template and answer prefix of
+its ``constants.py``, word for word.
+
+For a sample of ``num_words``, the word of rank k (from 1) appears ``floor(num_words · k^-alpha / zeta(alpha))``
+times, over a vocabulary of ``(max_seq_length - 50) // 50`` coded words (RULER's ``vocab_size=-1``).
+
+Size: ``num_words``, the scale of those counts (about the number of words in the text; the floors drop the rest).
+RULER grows it from ``(L - 50) // 6`` by ``(L - 50) // 32`` (its ``incremental``) while the text stays under
+``L - 50`` tokens, ``L`` the length: `step` gives that increment.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Hashable
+
+from nspec.compiler.draws import Draws
+from nspec.compiler.tasks.ruler.base import Built
+from nspec.compiler.tasks.ruler.sampling import permutation
+
+TEMPLATE = (
+    "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
+    "appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What "
+    "are the three most frequently appeared words in the above coded text?"
+)
+ANSWER_PREFIX = " Answer: According to the coded text above, the three most frequently appeared words are:"
+TOKENS_TO_GENERATE = 50
+NOISE_WORD = "..."
+
+# Euler-Maclaurin for the Riemann zeta function: the first terms summed, the tail by its integral and Bernoulli
+# corrections B_2j / (2j)!, as Cephes (scipy.special.zeta) does.
+_ZETA_TERMS = 12
+_BERNOULLI_OVER_FACTORIAL = (1 / 12, -1 / 720, 1 / 30240, -1 / 1209600, 1 / 47900160, -691 / 1307674368000)
+
+
+def zeta(s: float) -> float:
+    """The Riemann zeta function for s > 1, to double precision."""
+    if not s > 1:
+        raise ValueError("zeta(s) converges only for s > 1")
+    total = math.fsum(float(k) ** -s for k in range(1, _ZETA_TERMS))
+    n = float(_ZETA_TERMS)
+    tail: float = n ** (1 - s) / (s - 1) + n**-s / 2
+    rising = s  # s (s+1) ... (s+2j-2)
+    for j, coefficient in enumerate(_BERNOULLI_OVER_FACTORIAL):
+        tail += coefficient * rising * n ** (-s - 2 * j - 1)
+        rising *= (s + 2 * j + 1) * (s + 2 * j + 2)
+    return total + tail
+
+
+def step(max_seq_length: int) -> int:
+    """RULER's increment of ``num_words`` at a length: (L - 50) // 32."""
+    return (max_seq_length - TOKENS_TO_GENERATE) // 32
+
+
+def counts(num_words: int, vocab_size: int, alpha: float) -> list[int]:
+    """How often each rank appears: RULER's ``(num_words * k**-alpha / zeta(alpha)).astype(int)``, operation for
+    operation in double precision."""
+    z = zeta(alpha)
+    return [int(num_words * (float(k) ** -alpha) / z) for k in range(1, vocab_size + 1)]
+
+
+class FrequentWords:
+    """The fwe samples of one task at one length. ``seed`` is the task's, ``sample`` the sample's number."""
+
+    def __init__(
+        self,
+        seed: Hashable,
+        sample: int,
+        max_seq_length: int,
+        alpha: float = 2.0,
+        coded_wordlen: int = 6,
+        vocab_size: int = -1,
+    ) -> None:
+        self.seed, self.sample, self.alpha = seed, sample, alpha
+        self.vocab_size = (max_seq_length - TOKENS_TO_GENERATE) // 50 if vocab_size == -1 else vocab_size
+        if self.vocab_size < 4:
+            raise ValueError(f"fwe needs a vocabulary of at least 4 words; {self.vocab_size} at this length")
+        self.vocabulary = self._vocabulary(coded_wordlen)
+
+    def _vocabulary(self, letters: int) -> list[str]:
+        """``vocab_size`` distinct coded words in rank order, the first replaced by RULER's noise word."""
+        draws = Draws("ruler-fwe", self.seed, self.sample, "vocabulary")
+        words: dict[str, None] = {}
+        while len(words) < self.vocab_size:
+            words["".join(draws.choice(string.ascii_lowercase) for _ in range(letters))] = None
+        return [NOISE_WORD, *list(words)[1:]]
+
+    def build(self, size: int) -> Built:
+        """The sample at ``num_words = size``: every rank's word as often as the Zipf law says, shuffled. RULER shuffles
+        with its fixed seed, so every sample of a length has the same arrangement of ranks; so does this (the order is
+        drawn from the task's seed and the text's length)."""
+        words = [
+            word
+            for word, n in zip(self.vocabulary, counts(size, self.vocab_size, self.alpha), strict=True)
+            for _ in range(n)
+        ]
+        order = permutation(Draws("ruler-fwe", self.seed, "order", len(words)), len(words))
+        return Built(
+            text=TEMPLATE.format(context=" ".join(words[i] for i in order)),
+            answer_prefix=ANSWER_PREFIX,
+            expected=self.vocabulary[1:4],
+            data={"num_words": size},
+        )

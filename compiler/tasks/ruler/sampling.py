@@ -1,0 +1,32 @@
+"""Draws that stay the same as a sample grows, so that a larger size is the smaller one plus more."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from nspec.compiler.draws import Draws
+
+
+def distinct_indices(draws: Draws, n: int, k: int) -> list[int]:
+    """``k`` distinct indices of ``range(n)``, uniformly: the first ``k`` places of a Fisher-Yates shuffle run from the
+    front, in ``k`` draws whatever ``n`` is. The same ``draws`` key and ``n`` give a list whose first ``k`` entries
+    are the same for every larger ``k``."""
+    if not 0 <= k <= n:
+        raise ValueError(f"cannot draw {k} distinct indices of {n}")
+    moved: dict[int, int] = {}  # the places the shuffle has swapped so far; the rest still hold their own index
+    out = []
+    for i in range(k):
+        j = i + draws.below(n - i)
+        out.append(moved.get(j, j))
+        moved[j] = moved.get(i, i)
+    return out
+
+
+def permutation(draws: Draws, n: int) -> list[int]:
+    """A uniform permutation of ``range(n)``: the indices sorted by 64-bit keys read from SHAKE-256 seeded with 256
+    bits of ``draws`` (ties, about n²/2⁶⁵ likely, keep index order). One hash call for the whole list, where
+    `Draws.shuffled` makes one per element: RULER shuffles lists of 10⁵ words at 128K, once per size tried."""
+    seed = draws.below(1 << 256).to_bytes(32, "big")
+    keys = struct.unpack(f"<{n}Q", hashlib.shake_256(seed).digest(8 * n))
+    return sorted(range(n), key=keys.__getitem__)
