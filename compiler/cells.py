@@ -511,7 +511,8 @@ class CellMaker:
         search, in the model's tokens)."""
         model = slot.model
         reserve = slot.prompt.get("reserve_tokens", 300)
-        target = self._fit_target(model, slot.length, reserve)
+        # The provider's counts are the model's own: no proxy's margin to keep inside max_context.
+        target = slot.length if model.counter is not None else self._fit_target(model, slot.length, reserve)
         system = self._system(slot, made)
         tried: dict[int, tuple[Built, Prompt, int, bool]] = {}
 
@@ -545,7 +546,8 @@ class CellMaker:
             self._fixed_tokens[key] = self._prompt_tokens(model, prompt)
         tokens, exact = self._fixed_tokens[key]
         lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
-        home = min((n for n in lengths if tokens + reserve <= self._fit_target(model, n, reserve)), default=None)
+        fits = (lambda n: n) if exact else (lambda n: self._fit_target(model, n, reserve))
+        home = min((n for n in lengths if tokens + reserve <= fits(n)), default=None)
         if home is None and slot.length == max(lengths):
             self.unplaced[model.label] = self.unplaced.get(model.label, 0) + 1
         if home != slot.length:
