@@ -30,6 +30,8 @@ from ..context import Insert
 from ..draws import Draws
 
 if TYPE_CHECKING:
+    from nspec.inputs import Confinement
+
     from ..haystack import HaystackSource
     from .ruler.base import Built  # what a sized build returns (RULER's generators return it too)
 
@@ -98,6 +100,8 @@ class Setup:
     params: Mapping[str, Any]
     source: HaystackSource | None
     seed: int
+    base_dir: str = "."  # where the files its parameters name are, relative to (the spec's folder)
+    confinement: Confinement | None = None  # the folders those files must lie in
 
     @property
     def grid(self) -> Mapping[str, Any]:
@@ -142,6 +146,10 @@ class Task(Protocol):
         an insert), so the prompt cache can be planned before the cells are made. Others: []."""
         ...
 
+    # Optional attributes: ``haystack``, a variant of the spec's haystack its Fill drafts are cut from (e.g.
+    # sentence-shuffled; tokenised once beside the spec's); ``inputs_digest``, a digest of what it read from files its
+    # parameters name, which enters the compile hash.
+
 
 class Family(Protocol):
     """A kind of task, found by name in the registry (`tasks.registry`)."""
@@ -176,3 +184,7 @@ class Family(Protocol):
         ...
 
     def task(self, setup: Setup) -> Task: ...
+
+    # Optional: ``check(params, base_dir, confinement) -> list[tuple[str, str]]``, what the family refuses beyond its
+    # schema at one point of `grid.params` (a data file not of its shape, a count its data cannot meet), as
+    # (parameter, message); `nspec validate` locates each at the parameter, so validate, plan and compile refuse alike.
