@@ -28,16 +28,25 @@ from nspec.spec.templates import render
 
 from . import grid as grid_axes
 from .caching import CacheCut, CachePlanner, CachePolicy, CellPrefix, build_ladder, cache_policy, control_nonce
-from .context import BuiltContext, Insert, PromptParts, build_context, build_on_span, fixed_tokens
+from .context import (
+    BuiltContext,
+    Insert,
+    PromptParts,
+    build_context,
+    build_on_span,
+    build_token_context,
+    fixed_tokens,
+)
 from .counted import CellPlan, CountedSlot
 from .counts import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
-from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
+from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, trial_order
 from .tasks import Draft, Fill, Fixed, Setup, Sized, Slot, Task, registry
 from .tasks.ruler.base import Built, largest_fitting
 from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
+_CLEAN_LINE_START = re.compile(r"(?<=\n)(?=[A-Za-z0-9])")  # a clean cut point (`compiler.haystack`)
 # A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
 # long sentences the nearest sentence boundary can be that far.
 FAR_FROM_DEPTH = 5.0
@@ -216,6 +225,8 @@ class CellMaker:
         self.on_too_long: str = spec.get("run", {}).get("on_too_long", "error")
         self.source: HaystackSource = source if source is not None and self.fills else _NO_HAYSTACK
         self.is_stack = self.source.kind == "stack"
+        # `period-token`: needlehaystack's cut and placement (`build_token_context`), counted by the tokenizer
+        self.by_tokens = spec.get("haystack", {}).get("boundary") == "period-token"
         self.dropped: dict[str, int] = {}
         # Repetition of the sources within a cell: counted always, refused with `haystack.repeat: error` (noise
         # repeats its few sentences by design).
@@ -231,6 +242,7 @@ class CellMaker:
         self.aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
         self._texts: dict[tuple[str, Any, str], TokenizedText] = {}  # per encoding, trial and haystack
+        self._o200k_pieces: dict[str, int] = {}  # see `_o200k_count`
         self._fixed_tokens: dict[tuple[str, ...], tuple[int, bool]] = {}  # a Fixed draft's count, per model
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
@@ -291,13 +303,6 @@ class CellMaker:
             ends = [start + len(doc.encode()) for start, doc in zip(starts[:n], docs, strict=False)]
             layout = Layout(starts[:n], ends, order[: len(ends)], one_pass)
             tt = TokenizedText(text, tokenizer, starts if self.is_stack else None, layout)
-            if self.is_stack:
-                unclean = [s for s in starts[1:] if not is_clean(tt.data, s)]
-                if unclean:
-                    raise CompileError(
-                        "stack items must start with a letter or digit and the separator must end with a newline, "
-                        f"so the stack can be cut between items exactly (item at byte {unclean[0]})"
-                    )
             if tt.n_tokens - tt.token_at_byte(offset_room) >= longest + 64:
                 tt.pass_tokens = tt.token_at_byte(min(one_pass, len(tt.data)))
                 return tt
@@ -317,6 +322,7 @@ class CellMaker:
                 yield from self._model_trial(model, trial)
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
+        self._o200k_pieces.clear()
         texts: dict[str, tuple[TokenizedText | None, int]] = {}
 
         def text(task: Task) -> tuple[TokenizedText | None, int]:
@@ -329,7 +335,7 @@ class CellMaker:
             return texts[source.digest]
 
         for variant, prompt in self.variants:
-            prompt = {**prompt, **model.prompt_override}
+            prompt = {k: v for k, v in {**prompt, **model.prompt_override}.items() if v is not None}
             for length in self.lengths:
                 if model.max_context is not None and length > model.max_context:
                     if self.on_too_long == "error":
@@ -347,7 +353,7 @@ class CellMaker:
                         yield from self._generated_cells(slot, made)
                         continue
                     drafts = (self._draft(slot, draft) for draft in made)
-                    if model.counter is None:
+                    if model.counter is None or self.by_tokens:
                         yield from self._proxy_cells(slot, drafts)
                     else:
                         yield from self._counted_cells(slot, list(drafts), model.counter)
@@ -360,14 +366,26 @@ class CellMaker:
             return length
         return min(length, int((model.max_context - reserve) / (1 + margin)) + reserve)
 
-    @staticmethod
-    def _reference_tokens(model: Model, parts: PromptParts, built: BuiltContext) -> int:
+    def _reference_tokens(self, model: Model, parts: PromptParts, built: BuiltContext) -> int:
         """The request in o200k_base tokens with OpenAI's chat framing: one reference for every model, so lengths
         compare across tokenizers."""
         if model.tokenizer.encoding_name == "o200k_base":
             return built.own_tokens  # counted so already (a proxy's factor comes after)
-        texts = [t for t in (parts.system, built.user, parts.prefill) if t is not None]
-        return chat_framing(len(texts)) + sum(encoding("o200k_base").count(t) for t in texts)
+        texts = [built.user, *parts.others()]
+        return chat_framing(len(texts)) + sum(self._o200k_count(t) for t in texts)
+
+    def _o200k_count(self, text: str) -> int:
+        """o200k_base tokens of ``text``, counted a piece at a time between line starts that are clean cut points
+        (a letter or digit after a newline), each piece's count kept for the trial: the cells of a grid share most
+        of their haystack, so only the pieces around their needles and their ends are new."""
+        o200k, kept = encoding("o200k_base"), self._o200k_pieces
+        total = 0
+        for piece in _CLEAN_LINE_START.split(text):
+            count = kept.get(piece)
+            if count is None:
+                count = kept[piece] = o200k.count(piece)
+            total += count
+        return total
 
     def _uses(self, slot: _Slot, span: tuple[int, int], cid: str) -> int:
         """The most times one source appears in the cell's haystack (1: none repeats), counted for the manifest."""
@@ -398,6 +416,7 @@ class CellMaker:
             suffix=suffix,
             prefill=render(prompt["prefill"], values) if "prefill" in prompt else None,
             reserve=prompt.get("reserve_tokens", 300),
+            question_message=render(prompt["question_message"], values) if "question_message" in prompt else None,
         )
         return parts if model.api.takes_prefill(model.entry) else parts.folded()
 
@@ -441,11 +460,14 @@ class CellMaker:
             context.append(draft)
             if draft.siblings_ahead:
                 continue
-            if len(context) == 1:
-                yield self._cell(slot, draft, self._proxy_context(slot, draft))
+            if len(context) == 1 or self.by_tokens:  # by tokens, every question's span is the same already
+                yield from (self._cell(slot, d, self._proxy_context(slot, d)) for d in context)
             else:
                 tokenizer = slot.model.tokenizer
-                widest = max(context, key=lambda d: tokenizer.own_count(d.parts.prefix + d.parts.suffix))
+                widest = max(
+                    context,
+                    key=lambda d: tokenizer.own_count(d.parts.prefix + d.parts.suffix + "".join(d.parts.others())),
+                )
                 span = self._proxy_context(slot, widest).span
                 separator = self.source.separator if self.is_stack else None
                 target = self._fit_target(slot.model, slot.length, widest.parts.reserve)
@@ -462,6 +484,8 @@ class CellMaker:
         separator = self.source.separator if self.is_stack else None
         target = self._fit_target(model, slot.length, draft.parts.reserve)
         try:
+            if self.by_tokens:
+                return build_token_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target)
             return build_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target, separator)
         except CompileError as exc:
             raise CompileError(

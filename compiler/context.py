@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 
 from nspec.errors import CompileError
-from nspec.prompt import Prompt
+from nspec.prompt import Prompt, Turn
 
 from .haystack import TokenizedText
 from .tokenizers import Tokenizer
@@ -31,6 +31,7 @@ TEXT_TOLERANCE = 16
 BOUNDARY_REACH = 1024
 _CLEAN_IN_TEXT = re.compile(rb"(?<=[\x21-\x7e]) |(?<=\n)[A-Za-z0-9]")
 _WHITESPACE = b" \t\r\n"
+_SPACES = (" ", "\t", "\r", "\n")
 
 
 class FitError(CompileError):
@@ -46,17 +47,25 @@ class PromptParts:
     suffix: str  # user template after {haystack}
     prefill: str | None
     reserve: int
+    question_message: str | None = None  # a user message of its own after the haystack's (needlehaystack's layout)
 
     def prompt(self, user: str) -> Prompt:
         """The request's prompt once the user message (prefix, haystack, suffix) is built."""
-        return Prompt.ask(self.system, user, self.prefill)
+        later = () if self.question_message is None else (Turn("user", self.question_message),)
+        return Prompt(self.system, (Turn("user", user), *later), self.prefill)
 
     def folded(self) -> PromptParts:
-        """The parts for a model that cannot continue a prefill: the prefill ends the user message
+        """The parts for a model that cannot continue a prefill: the prefill ends the last user message
         (`nspec.prompt.Prompt.folded`)."""
         if self.prefill is None:
             return self
+        if self.question_message is not None:
+            return replace(self, question_message=self.question_message + self.prefill, prefill=None)
         return replace(self, suffix=self.suffix + self.prefill, prefill=None)
+
+    def others(self) -> list[str]:
+        """The request's texts besides the haystack's user message."""
+        return [text for text in (self.system, self.question_message, self.prefill) if text is not None]
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class BuiltContext:
 
 def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
     """Tokens of everything but the user message's haystack part (in the tokenizer's own units)."""
-    others = [text for text in (parts.system, parts.prefill) if text is not None]
+    others = parts.others()
     framing = tokenizer.framing(1 + len(others), parts.prefill is not None)
     return framing + sum(tokenizer.own_count(text) for text in others)
 
@@ -143,6 +152,39 @@ def build_on_span(
     fixed = fixed_tokens(tokenizer, parts)
     fit = _Fit(tt, tokenizer, parts, inserts, texts, sizes, stack_separator, fixed, target - parts.reserve, target)
     return fit.build(*span)
+
+
+def build_token_context(
+    tt: TokenizedText, tokenizer: Tokenizer, start: int, parts: PromptParts, inserts: list[Insert], target: int
+) -> BuiltContext:
+    """needlehaystack's rule (`haystack.boundary: period-token`, from its `insert_needle`): the context — haystack
+    and needles, counted as token lists in the tokenizer's own tokens — is exactly ``target - parts.reserve``
+    tokens: the haystack's tokens from ``start``, cut at whatever token that leaves, and each needle, as written
+    (its own white space and all), just after the last period token at or before its depth's share of those haystack
+    tokens, or after the last of them at depth 100. The request is then counted as sent (`_count_pieces`)."""
+    sizes = [tokenizer.own_count(i.text) for i in inserts]
+    keep = target - parts.reserve - sum(sizes)
+    if keep <= 0:
+        raise FitError(f"the needles alone need {sum(sizes)} of the {target - parts.reserve} context tokens")
+    end = start + keep
+    if end > tt.n_tokens:
+        raise FitError(f"the haystack has {tt.n_tokens - start} tokens from its start; {keep} are needed")
+    positions = []
+    for insert in inserts:
+        k = end if insert.depth >= 100 else start + int(keep * insert.depth / 100)
+        while start < k < end and tt.data[tt.starts[k - 1] : tt.starts[k]] != b".":
+            k -= 1
+        positions.append(k)
+    texts = [i.text for i in inserts]
+    # Placed as given, like stack items: an empty separator glues nothing on.
+    pieces, depths = assemble_at(tt, start, end, positions, inserts, texts, sizes, "")
+    user = "".join([parts.prefix, *(p if isinstance(p, str) else tt.text(*p) for p in pieces), parts.suffix])
+    user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
+    fixed = fixed_tokens(tokenizer, parts)
+    hay = user_tokens - tokenizer.own_count(parts.prefix) - tokenizer.own_count(parts.suffix)
+    first = min(positions, default=end)
+    total = tokenizer.scale(fixed + user_tokens)
+    return _with_haystack(BuiltContext(user, total, hay, depths, (start, end), fixed + user_tokens, first), target)
 
 
 def _with_haystack(built: BuiltContext, target: int) -> BuiltContext:
@@ -353,13 +395,14 @@ def _boundary_near(tt: TokenizedText, k: int, low: int, high: int, bounded: bool
 def _join_group(
     tt: TokenizedText, pos: int, start: int, end: int, texts: list[str], stack_separator: str | None
 ) -> str:
-    """Needles placed at one point, with the spaces that keep them separate sentences."""
+    """Needles placed at one point, with the spaces that keep them separate sentences (none where a needle brings
+    its own white space, as needlehaystack's "\nThe best thing...\n" does)."""
     if stack_separator is not None:
         return "".join(texts)
     body = " ".join(texts)
     data, byte = tt.data, tt.starts[pos]
-    before = " " if pos > start and data[byte - 1] not in _WHITESPACE else ""
-    after = " " if pos < end and data[byte] not in _WHITESPACE else ""
+    before = " " if pos > start and data[byte - 1] not in _WHITESPACE and body[:1] not in _SPACES else ""
+    after = " " if pos < end and data[byte] not in _WHITESPACE and body[-1:] not in _SPACES else ""
     return before + body + after
 
 
@@ -368,12 +411,23 @@ def _count_pieces(tt: TokenizedText, tokenizer: Tokenizer, pieces: list[str | tu
     present = [p for p in pieces if (p if isinstance(p, str) else p[1] > p[0])]
     total = 0
     for piece in present:
-        total += tokenizer.own_count(piece) if isinstance(piece, str) else piece[1] - piece[0]
+        total += tokenizer.own_count(piece) if isinstance(piece, str) else _range_tokens(tt, tokenizer, *piece)
     for left, right in itertools.pairwise(present):
         tail, head = _tail(tt, left), _head(tt, right)
         joined = tokenizer.own_count(tail + head)
         total += joined - tokenizer.own_count(tail) - tokenizer.own_count(head)
     return total
+
+
+def _range_tokens(tt: TokenizedText, tokenizer: Tokenizer, a: int, b: int) -> int:
+    """Exact tokens of the haystack text of tokens [a, b) on its own: b - a between clean points; an end that is
+    not one (`boundary: period-token` cuts at any token) re-encodes only the bytes out to the nearest clean point."""
+    first, last = tt.next("clean", a, b), tt.last("clean", b, a)
+    if first >= last:
+        return tokenizer.own_count(tt.text(a, b))
+    head = tokenizer.own_count(tt.text(a, first)) if first > a else 0
+    tail = tokenizer.own_count(tt.text(last, b)) if b > last else 0
+    return head + (last - first) + tail
 
 
 def _tail(tt: TokenizedText, piece: str | tuple[int, int]) -> str:

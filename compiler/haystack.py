@@ -4,7 +4,10 @@ per tokenizer into a form cells are cut from without re-tokenising.
 Cut points must be *clean*: positions where every encoding nspec uses starts a new pre-tokenizer piece whatever
 surrounds them, so the tokens of a text cut there are the tokens of its parts. Two byte patterns are clean in both
 o200k_base and cl100k_base: a space after a printable ASCII character (`word| next`) and an ASCII letter or digit
-after a newline (`\n|Next`). No piece of either pattern can span them.
+after a newline (`\n|Next`). No piece of either pattern can span them. In a stack, whose separator ends with a
+newline and whose items start with no white space, every item start is clean too: no piece of either pattern runs
+from a newline into what follows, save o200k_base's punctuation piece, which takes a `/` after the newlines that
+follow punctuation (`.\n\n/`) — refused on load (`stack_item_problem`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ _ABBREVIATIONS = frozenset(
     b"Mr Mrs Ms Mme Mlle Messrs Dr St Sr Jr Col Capt Gen Lt Sgt Adm Rev Hon Esq Prof Mt Ft Co Ltd Inc "
     b"vs etc viz cf al ch pp vol no Jan Feb Mar Apr Jun Jul Aug Sep Sept Oct Nov Dec".split()
 )
+
+
+# The keys of a question in a stack's questions file, unless `question_fields` renames them (`text`: none by default).
+QUESTION_FIELDS = {"item": "item", "question": "question", "answer": "answer", "alternates": "alternates"}
 
 
 @dataclass(frozen=True)
@@ -147,27 +154,41 @@ def _load_stack(
     stack: dict[str, Any], separator: str, vary: str, base_dir: str, inputs: _Inputs, confinement: Confinement | None
 ) -> HaystackSource:
     id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
+    fields = {**QUESTION_FIELDS, **stack.get("question_fields", {})}
     items: dict[str, str] = {}
+    item_lines: dict[str, tuple[str, int]] = {}  # where each item's text was read
     items_path = os.path.join(base_dir, stack["items"])
-    for line_no, obj in _jsonl(items_path, stack["items"], inputs, confinement):
+    for line_no, obj in _records(items_path, stack["items"], inputs, confinement):
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
             raise _line_error(items_path, line_no, f"needs `{id_field}` and a non-empty `{text_field}`")
         if str(item_id) in items:
             raise _line_error(items_path, line_no, f"item id {item_id!r} appears twice")
         items[str(item_id)] = text.strip()
+        item_lines[str(item_id)] = (items_path, line_no)
     questions: list[StackQuestion] = []
     questions_path = os.path.join(base_dir, stack["questions"])
-    for line_no, obj in _jsonl(questions_path, stack["questions"], inputs, confinement):
-        item, question, answer = obj.get("item"), obj.get("question"), obj.get("answer")
+    for line_no, obj in _records(questions_path, stack["questions"], inputs, confinement):
+        item, question, answer = obj.get(fields["item"]), obj.get(fields["question"]), obj.get(fields["answer"])
         if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
-            raise _line_error(questions_path, line_no, "needs `item`, `question` and `answer`")
-        if str(item) not in items:
+            needed = ", ".join(f"`{fields[k]}`" for k in ("item", "question")) + f" and `{fields['answer']}`"
+            raise _line_error(questions_path, line_no, f"needs {needed}")
+        own = obj.get(fields["text"]) if "text" in fields else None
+        if own is not None:  # the question's own copy of its item (NIAN's full_questions.json)
+            if not isinstance(own, str) or not own.strip():
+                raise _line_error(questions_path, line_no, f"`{fields['text']}` must be a non-empty text")
+            items[str(item)] = own.strip()
+            item_lines[str(item)] = (questions_path, line_no)
+        elif str(item) not in items:
             raise _line_error(questions_path, line_no, f"item {item!r} is not in {stack['items']}")
-        alternates = obj.get("alternates", [])
+        alternates = obj.get(fields["alternates"]) or []
         if not isinstance(alternates, list) or not all(isinstance(a, str) for a in alternates):
-            raise _line_error(questions_path, line_no, "`alternates` must be a list of strings")
+            raise _line_error(questions_path, line_no, f"`{fields['alternates']}` must be a list of strings")
         questions.append(StackQuestion(str(item), question, str(answer), tuple(alternates)))
+    problem = stack_item_problem(items, separator)
+    if problem is not None:
+        item_id, message = problem
+        raise _line_error(*item_lines[item_id], message)
     if not questions:
         raise _line_error(questions_path, 1, "has no questions")
     asked = {q.item for q in questions}
@@ -185,6 +206,31 @@ def _load_stack(
         names=filler,
         files=inputs.files,
     )
+
+
+def stack_item_problem(items: dict[str, str], separator: str) -> tuple[str, str] | None:
+    """Why the stack cannot be cut exactly at an item's start (None if it can), with the item's id: the separator
+    must end with a newline (checked with the spec), and an item may start with `/` only when nothing before the
+    newlines can be punctuation (o200k_base's `[^\\s\\p{L}\\p{N}]+[\\r\\n/]*` would take the `/`). Every item is
+    checked, in any order a shuffle may give."""
+    if not separator.endswith("\n"):
+        return None  # refused with the spec (`haystack.separator`)
+    slashed = next((i for i, text in items.items() if text.startswith("/")), None)
+    if slashed is None:
+        return None
+    before = separator.rstrip("\r\n")
+    if before:
+        ends = {"the separator": before[-1]}
+    else:
+        ends = {f"item {i!r}": text[-1] for i, text in items.items() if i != slashed}
+    for who, end in ends.items():
+        if not (end.isalnum() or end.isspace()):
+            return slashed, (
+                f"item {slashed!r} starts with '/', which o200k_base joins to the {end!r} ending {who} across the "
+                f"separator {separator!r}, so the stack could not be cut at the item exactly; start the item "
+                "otherwise, or end the separator's text before its newlines with a letter"
+            )
+    return None
 
 
 # The most nspec reads of one haystack or stack file (the compile holds its text in memory).
@@ -252,10 +298,17 @@ def _read(path: str, confinement: Confinement | None) -> bytes:
     return data
 
 
-def _jsonl(path: str, name: str, inputs: _Inputs, confinement: Confinement | None) -> list[tuple[int, dict[str, Any]]]:
+def _records(
+    path: str, name: str, inputs: _Inputs, confinement: Confinement | None
+) -> list[tuple[int, dict[str, Any]]]:
+    """The objects of a stack file, each with the line it starts on: JSON Lines, or one JSON array (a file whose
+    first character other than white space is `[`, as NIAN's files are)."""
     data = inputs.add(name, _read(path, confinement))
+    text = data.decode("utf-8")
+    if text.lstrip().startswith("["):
+        return _array(path, text)
     out = []
-    for line_no, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -266,6 +319,42 @@ def _jsonl(path: str, name: str, inputs: _Inputs, confinement: Confinement | Non
             raise _line_error(path, line_no, "each line must be a JSON object")
         out.append((line_no, obj))
     return out
+
+
+def _array(path: str, text: str) -> list[tuple[int, dict[str, Any]]]:
+    """The objects of a JSON array, each with the line it starts on (decoded one element at a time)."""
+    decoder = json.JSONDecoder()
+    out: list[tuple[int, dict[str, Any]]] = []
+    pos = text.index("[") + 1
+    while True:
+        pos = _skip_space(text, pos)
+        if text.startswith("]", pos) and not out:
+            pos += 1
+            break
+        line_no = text.count("\n", 0, pos) + 1
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise _line_error(path, text.count("\n", 0, exc.pos) + 1, f"not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise _line_error(path, line_no, "each element of the array must be a JSON object")
+        out.append((line_no, obj))
+        pos = _skip_space(text, pos)
+        if text.startswith("]", pos):
+            pos += 1
+            break
+        if not text.startswith(",", pos):
+            raise _line_error(path, text.count("\n", 0, pos) + 1, "not valid JSON: expected ',' or ']'")
+        pos += 1
+    if text[pos:].strip():
+        raise _line_error(path, text.count("\n", 0, pos) + 1, "not valid JSON: text after the array")
+    return out
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def _line_error(path: str, line: int, message: str) -> SpecError:
@@ -392,7 +481,14 @@ class TokenizedText:
         if k <= 0 or k >= self.n_tokens:
             return True
         pos = self.starts[k]
-        return is_clean(self.data, pos)
+        return is_clean(self.data, pos) or self._item_start(pos)
+
+    def _item_start(self, pos: int) -> bool:
+        """Whether a stack item starts at byte ``pos`` (clean: see the module doc)."""
+        if self.item_starts is None:
+            return False
+        i = bisect_left(self.item_starts, pos)
+        return i < len(self.item_starts) and self.item_starts[i] == pos
 
     def boundary(self, k: int) -> bool:
         """Whether a needle may go before token ``k``: a clean point between sentences — after a sentence's final
@@ -403,8 +499,7 @@ class TokenizedText:
             return False
         pos = self.starts[k]
         if self.item_starts is not None:
-            i = bisect_left(self.item_starts, pos)
-            return (i < len(self.item_starts) and self.item_starts[i] == pos) or pos >= len(self.data)
+            return self._item_start(pos) or pos >= len(self.data)
         data = self.data
         if pos == 0 or pos >= len(data):
             return pos == 0 or sentence_ends_at(data, len(data) - 1)
@@ -473,6 +568,12 @@ class TokenizedText:
             spaced = _mask(after, _IS_SPACE) & _mask(before, _IS_PRINTABLE)
             line_start = _mask(before, _IS_NEWLINE) & _mask(after, _IS_ALNUM)
             flags[inner_first - first : inner_end - first] = (spaced | line_start).to_bytes(inner_end - inner_first)
+        if self.item_starts is not None:
+            low, high = self.starts[first], self.starts[end - 1]
+            for pos in self.item_starts[bisect_left(self.item_starts, low) : bisect_right(self.item_starts, high)]:
+                k = bisect_left(self.starts, pos, first, end)
+                if k < end and self.starts[k] == pos:
+                    flags[k - first] = 1
         return bytes(flags)
 
     @functools.cached_property

@@ -1,7 +1,8 @@
 """A request's texts, as every provider takes them: a system prompt, a conversation, and a prefill.
 
-A conversation is one user turn (a needle's question about its haystack) or several, user and assistant
-alternating from a user turn to a user turn (MRCR's earlier exchanges). A prefill is the start of the answer for the
+A conversation is one user turn (a needle's question about its haystack) or several, from a user turn to a user
+turn: user and assistant alternating (MRCR's earlier exchanges), or user turns in a row (needlehaystack's context,
+then its question). A prefill is the start of the answer for the
 model to continue; a model that cannot continue one gets it at the end of the last user turn instead (`folded`), as
 RULER sends its answer prefix to a chat API. Which models continue one is their provider's to say
 (`Provider.takes_prefill`); `nspec.providers.as_sent` applies it.
@@ -31,9 +32,13 @@ class Prompt:
     def __post_init__(self) -> None:
         if not self.turns or self.turns[-1].role != "user":
             raise ValueError("a conversation ends with a user turn")
-        for i, turn in enumerate(self.turns):
-            if turn.role != ("user" if i % 2 == 0 else "assistant"):
-                raise ValueError("a conversation's turns alternate, user first")
+        if self.turns[0].role != "user":
+            raise ValueError("a conversation starts with a user turn")
+        # User turns may follow each other (needlehaystack sends its context and its question apart); an answer
+        # always answers a user turn.
+        for before, turn in zip(self.turns, self.turns[1:], strict=False):
+            if before.role == turn.role == "assistant":
+                raise ValueError("an assistant turn follows a user turn")
 
     @classmethod
     def ask(cls, system: str | None, user: str, prefill: str | None = None) -> Prompt:

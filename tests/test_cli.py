@@ -7,9 +7,9 @@ import pytest
 
 from nspec import __version__
 from nspec.cli import app
-from tests.conftest import BASE, SPECS
+from tests.conftest import BASE, SPECS, shipped_specs
 
-EXAMPLES = sorted(SPECS.glob("*.yaml"))
+EXAMPLES = shipped_specs()
 
 
 def test_version(cli):

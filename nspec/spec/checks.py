@@ -26,7 +26,7 @@ from nspec.spec.schema import params_issues
 from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
 
-PROMPT_FIELDS = ("system", "user", "prefill")
+PROMPT_FIELDS = ("system", "user", "question_message", "prefill")
 # What only a family that fills a haystack reads.
 HAYSTACK_KEYS: tuple[tuple[str, ...], ...] = (
     ("haystack",),
@@ -211,7 +211,7 @@ class _Checker:
             ((*p, "prompt"), m["prompt"]) for p, m in self.model_entries() if isinstance(m.get("prompt"), dict)
         ]
         for path, entry in [*self.prompt_entries(), *overrides]:
-            for key in ("user", "prefill"):
+            for key in ("user", "question_message", "prefill"):
                 if key in entry:
                     self.error(
                         (*path, key),
@@ -285,6 +285,15 @@ class _Checker:
         if needle and isinstance(haystack, dict) and not is_stack and needles is None:
             self.error((), "missing `needles`: what to hide in the haystack")
         repeats = self.data.get("grid", {}).get("repeats") if isinstance(self.data.get("grid"), dict) else None
+        if is_stack and isinstance(haystack, dict) and haystack.get("boundary") == "period-token":
+            self.error(("haystack", "boundary"), "a stack is cut between its items: `period-token` is for text")
+        separator = haystack.get("separator") if isinstance(haystack, dict) and is_stack else None
+        if isinstance(separator, str) and not separator.endswith("\n"):
+            self.error(
+                ("haystack", "separator"),
+                "a stack's separator must end with a newline, so that the stack is cut between items exactly "
+                '(the default is a blank line, "\\n\\n")',
+            )
         if repeats is not None and isinstance(haystack, dict) and not is_stack:
             self.error(("grid", "repeats"), "`repeats` applies to `stack` haystacks only", at_key=True)
         if isinstance(haystack, dict):
@@ -338,7 +347,11 @@ class _Checker:
                 full = os.path.join(self.base_dir, name)
                 outside = self.confinement.problem(full) if self.confinement is not None else None
                 if outside is None and "\0" not in name and not os.path.lexists(full):  # outside: not even looked at
-                    self.error(("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder)")
+                    source = stack.get("source")
+                    hint = f"; {source}" if isinstance(source, str) else ""
+                    self.error(
+                        ("haystack", "stack", key), f"no such file: {name!r} (relative to the spec's folder){hint}"
+                    )
                     fit = False
                 else:
                     fit = (
@@ -541,12 +554,18 @@ class _Checker:
                 limit = params.get(key)
                 if key in params and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
                     self.error((*path, "params", key), f"must be a whole number of tokens, at least 1 (got {limit!r})")
-                elif isinstance(limit, int) and reserves and limit > min(reserves):
+                elif isinstance(limit, int) and reserves and limit > min(reserves) and not self.context_only():
                     self.error(
                         (*path, "params", key),
                         f"{key} ({limit}) exceeds reserve_tokens ({min(reserves)}): the answer could "
                         "overflow the context length; raise reserve_tokens or lower max_tokens",
                     )
+
+    def context_only(self) -> bool:
+        """Whether the context length counts the haystack and needles only (`boundary: period-token`, as
+        needlehaystack does): `reserve_tokens` is then its buffer, not room for the answer."""
+        haystack = self.data.get("haystack")
+        return isinstance(haystack, dict) and haystack.get("boundary") == "period-token"
 
     def prefill(self, path: Path, model: dict[str, Any], api: Provider) -> None:
         """A prefill is sent to a model only if it continues it; others would read it as an earlier turn of the
