@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nspec.errors import CompileError
+from nspec.inputs import Confinement
 from nspec.prompt import Prompt, Turn
 from nspec.providers import Provider, as_sent
 from nspec.providers import provider as provider_api
@@ -185,6 +186,8 @@ class CellMaker:
         source: HaystackSource | None,
         counts: CountsFile | None = None,
         fetch: dict[str, Fetch] | None = None,
+        base_dir: str = ".",
+        confinement: Confinement | None = None,
     ) -> None:
         self.spec = spec
         self.seed: int = spec.get("seed", 0)
@@ -194,10 +197,12 @@ class CellMaker:
             raise CompileError(f"the {self.family.name} task family places its content in a haystack: give one")
         params = registry.params_of(spec)
         self.swept = bool(registry.sweeps(spec))
-        self.tasks = [
-            (point, self.family.task(Setup(spec, {**params, **point}, source if self.fills else None, self.seed)))
-            for point in registry.points(spec)
-        ]
+        self.task_files: list[dict[str, Any]] = []  # the files the family read (a data set): into the compile hash
+        self.tasks = []
+        for point in registry.points(spec):
+            setup = Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir, confinement)
+            self.tasks.append((point, self.family.task(setup)))
+            self.task_files += [f for f in setup.files if f not in self.task_files]
         self.models = models_of(spec, counts, fetch)
         if not self.fills:
             for model in self.models:

@@ -273,7 +273,7 @@ def prepare(
     task family that places its content in one."""
     needs = registry.family(registry.named(spec)).needs_haystack
     source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
-    maker = CellMaker(spec, source, counts, fetch)
+    maker = CellMaker(spec, source, counts, fetch, base_dir, confinement)
     cells = maker.count()
     if cells > max_cells:
         raise CompileError(
@@ -285,7 +285,8 @@ def prepare(
         for m in maker.models
     ]
     task = task_info(maker)
-    named = None if task is None else f"{task['name']} {task['version']}"
+    digests = [f["sha256"] for f in maker.task_files]  # a data set the family read: its bytes make the run
+    named = None if task is None else " ".join([task["name"], task["version"], *digests])
     return maker.source, maker, compile_hash(spec, maker.source, counted, named)
 
 
@@ -294,8 +295,9 @@ def task_info(maker: CellMaker) -> dict[str, Any] | None:
     if "task" not in maker.spec:
         return None
     family = maker.family
-    axes = [*family.axes, *registry.sweeps(maker.spec)]
-    return {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
+    axes = list(dict.fromkeys([*family.axes, *registry.sweeps(maker.spec)]))
+    info = {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
+    return {**info, "files": maker.task_files} if maker.task_files else info
 
 
 def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:
