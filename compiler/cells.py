@@ -505,7 +505,8 @@ class CellMaker:
         def at(size: int) -> tuple[Built, Prompt, int, bool]:
             if size not in tried:
                 built = sized.build(size)
-                prompt = Prompt(system, (Turn("user", built.text),), built.answer_prefix or None)
+                turns = (*built.history, Turn("user", built.text))
+                prompt = Prompt(system, turns, built.answer_prefix or None)
                 prompt = as_sent(model.api, model.entry, prompt)
                 tried[size] = (built, prompt, *self._prompt_tokens(model, prompt))
             return tried[size]

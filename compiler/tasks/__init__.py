@@ -50,8 +50,8 @@ class Fill:
 @dataclass(frozen=True)
 class Sized:
     """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. The cell gets the
-    largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.text`` as the user turn, its answer prefix
-    as the prefill — plus the answer budget fits the length."""
+    largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.history``'s turns then ``Built.text`` as
+    the last user turn, its answer prefix as the prefill — plus the answer budget fits the length."""
 
     build: Callable[[int], Built]
     step: int = 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from nspec.prompt import Turn
 
-from . import Draft, Fixed, ParamError, Setup, Sized, Slot
+from . import Draft, Fixed, ParamError, Setup, Sized, Slot, datafile
 from .ruler.base import Built
 
 # OpenAI's framing, from its published rows: the instructions, one worked example, the graph and the operation.
@@ -47,7 +47,6 @@ CLOSING = (
     "Return your final answer as a list of nodes in the very last line of your response.\n"
 )
 OPERATIONS = ("bfs", "parents")
-DATA_LIMIT = 1 << 30  # bytes: OpenAI's file of prompts up to 128K tokens is some 90 MB as JSONL
 # Edges per node as the graph grows: edge i joins nodes among the first 2 + i // EDGES_PER_NODE.
 EDGES_PER_NODE = 2
 STEP = 1  # edges: the sizes tried when fitting a length
@@ -177,7 +176,7 @@ class GraphWalksFamily:
             for key in ("operation", "depth"):
                 if key in params:
                     raise ParamError((key,), f"`{key}` is for generated graphs; a `data` file's rows say their own")
-            return PublishedRows(read_rows(setup))
+            return PublishedRows(datafile.limited(setup, checked_row))
         if "rows" in params:
             raise ParamError(("rows",), "`rows` counts the rows of a `data` file; give one, or leave `rows` out")
         return GeneratedGraphs(params.get("operation", "bfs"), params.get("depth", 2))
@@ -245,54 +244,8 @@ class PublishedRows:
             )
 
 
-def read_rows(setup: Setup) -> list[dict[str, Any]]:
-    """The rows of the `data` file: JSONL, or one JSON list; each checked for what is read of it."""
-    name = str(setup.params["data"])
-    if name.endswith(".parquet"):
-        raise ParamError(
-            ("data",),
-            f"{name}: nspec reads JSONL or JSON, not parquet; convert it first, e.g. with pandas: "
-            "pandas.read_parquet(file).to_json(out, orient='records', lines=True)",
-        )
-    text = decoded(setup.read("data", DATA_LIMIT), name)
-    limit = setup.params.get("rows")
-    rows: list[dict[str, Any]] = []
-    for line, row in json_rows(text, name):
-        rows.append(checked_row(row, name, line, len(rows)))
-        if limit is not None and len(rows) == limit:
-            break
-    if not rows:
-        raise ParamError(("data",), f"{name}: holds no rows")
-    return rows
-
-
-def decoded(data: bytes, name: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ParamError(("data",), f"{name}: is not UTF-8 text (byte {exc.start})") from None
-
-
-def json_rows(text: str, name: str) -> Iterator[tuple[int, Any]]:
-    """(line, row) of a JSON list or of JSONL, refusing the first line that is not JSON."""
-    if text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ParamError(("data",), f"{name}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
-        yield from ((1, row) for row in rows)
-        return
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ParamError(("data",), f"{name}:{number}:{exc.colno}: not a JSON row ({exc.msg})") from None
-
-
-def checked_row(row: Any, name: str, line: int, index: int) -> dict[str, Any]:
-    where = f"{name}:{line}"
+def checked_row(where: str, row: Any, index: int) -> dict[str, Any]:
+    """A row of OpenAI's file, with what is read of it."""
     if not isinstance(row, dict):
         raise ParamError(("data",), f"{where}: a row is an object with prompt, answer_nodes and problem_type")
     prompt = row.get("prompt")

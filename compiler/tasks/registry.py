@@ -26,6 +26,7 @@ BUILT_IN = {
     "needle": "nspec.compiler.tasks.needle",
     "stack": "nspec.compiler.tasks.stack",
     "graphwalks": "nspec.compiler.tasks.graphwalks",
+    "mrcr": "nspec.compiler.tasks.mrcr",
 }
 
 
