@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from nspec.compiler.tasks import Setup, Slot, registry
 from nspec.runners import pipeline
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
@@ -22,8 +23,8 @@ nspec: 1
 name: conversations
 seed: 9
 task: {name: mrcr, params: {corpus: kjv}}
-grid: {context_lengths: [2500, 5000], params: {needles: [2, 4]}}
-prompt: {reserve_tokens: 400}
+grid: {context_lengths: [1800, 3600], params: {needles: [2, 4]}}
+prompt: {reserve_tokens: 300}
 models: [{id: openai/gpt-4.1-mini}, {id: anthropic/claude-haiku-4-5}]
 """
 
@@ -50,10 +51,22 @@ def test_conversations_fit_each_length_and_expect_what_the_messages_imply(cli, s
         assert len(answers) == cell["axes"]["needles"] == cell["data"]["needles"]
         assert cell["expected"] == [prefix + answers[int(nth) - 1]] and cell["data"]["prefix"] == prefix
         length = cell["context_length"]
-        assert length["prompt"] + 400 == length["actual"] <= length["target"]
+        assert length["prompt"] + 300 == length["actual"] <= length["target"]
         sizes[(cell["model"], cell["axes"]["needles"], length["target"])] = len(sent)
     for model in ("openai/gpt-4.1-mini", "anthropic/claude-haiku-4-5"):
-        assert sizes[(model, 2, 5000)] > 1.8 * sizes[(model, 2, 2500)]  # more exchanges at longer lengths
+        assert sizes[(model, 2, 3600)] > 1.8 * sizes[(model, 2, 1800)]  # more exchanges at longer lengths
+
+
+def test_the_assistant_s_pieces_may_come_from_a_file_of_one_s_own(tmp_path):
+    pieces = [f"Piece {i}: " + "word " * 30 for i in range(12)]
+    (tmp_path / "mine.txt").write_text("\n\n".join(pieces), encoding="utf-8")
+    spec = {"grid": {"context_lengths": [4000]}, "prompt": {"reserve_tokens": 300}}
+    setup = Setup(spec, {"pieces": "mine.txt", "needles": 4}, None, 1, str(tmp_path))
+    (draft,) = registry.family("mrcr").task(setup).drafts(Slot(None, 4000, 0, 1))
+    built = draft.context.build(6)
+    answers = [t.text for t in built.history if t.role == "assistant"]
+    assert len(answers) == 10 == len(set(answers)) and set(answers) <= {p.strip() for p in pieces}
+    assert setup.files[0]["name"] == "mine.txt"  # read through the spec's folder, and into the run id
 
 
 def test_sequence_ratio_is_openai_s_grade():
@@ -88,7 +101,7 @@ def test_published_conversations_are_sent_as_they_are(cli, spec_file, tmp_path):
     for cell in cells:
         assert messages(requests[cell["cell_id"]]) == list(zip(["user", "assistant", "user"], turns, strict=True))
         assert cell["expected"] == ["PFXthe answer"] and cell["data"]["prefix"] == "PFX"
-        assert cell["context_length"]["target"] == 2500 and cell["item"] == "row-0"
+        assert cell["context_length"]["target"] == 1800 and cell["item"] == "row-0"
 
 
 @pytest.mark.parametrize(
@@ -115,7 +128,7 @@ def test_a_bad_data_file_or_parameter_is_located_in_validate_plan_and_compile(
 
 
 def test_a_count_of_needles_that_cannot_fit_the_length_is_located(cli, spec_file):
-    name = spec_file(SPEC.replace("[2500, 5000]", "[900, 5000]").replace("[2, 4]", "[2, 8]"))
+    name = spec_file(SPEC.replace("[1800, 3600]", "[900, 3600]").replace("[2, 4]", "[2, 8]"))
     for command in (["validate"], ["plan"], ["compile", "-o", "out"]):
         result = cli(*command, name)
         assert result.code == 2, (command, result.err)
@@ -130,7 +143,7 @@ def test_mrcr_runs_with_conversations_is_scored_by_similarity_and_tabled(cli, sp
     spec = SPEC.replace(
         "models: [{id: openai/gpt-4.1-mini}, {id: anthropic/claude-haiku-4-5}]",
         f'models: [{{id: anthropic/claude-haiku-4-5, base_url: "{emu.anthropic_base_url}", mode: live}}]',
-    ).replace("[2500, 5000]", "[2500], trials: 4")
+    ).replace("[1800, 3600]", "[1800], trials: 4")
     run, _, _ = compiled(cli, spec_file, tmp_path, spec)
     emu.emulation.responder = make_responder(
         Responder(kind="cells", run=str(run), degrade=Degrade(miss_rate=0.4)), 0, None

@@ -117,6 +117,7 @@ class _Checker:
         task = self.data.get("task")
         if not self.valid(("task",)):
             return
+        before = len(self.issues)
         name = registry.named(self.data)
         try:
             family = registry.family(name)
@@ -145,7 +146,6 @@ class _Checker:
         # The parameters with each sweep at its first value: what is required, and every parameter not swept.
         whole = {**given, **{k: v[0] for k, v in checked.items()}}
         at: Path = ("task", "params") if isinstance(task, dict) and "params" in task else ("task",)
-        before = len(self.issues)
         self.issues += [
             issue
             for issue in params_issues(whole, schema, self.source, at)
@@ -170,8 +170,9 @@ class _Checker:
             try:
                 family.task(setup)
             except ParamError as exc:
-                swept_at = ("grid", "params", exc.key[0]) if exc.key and exc.key[0] in point else None
-                self.error(swept_at or (*at, *exc.key), str(exc))
+                key = exc.key[0] if exc.key else None
+                where = ("grid", "params", key, swept[key].index(point[key])) if key in point else (*at, *exc.key)
+                self.error(where, str(exc))
                 return
             except UserError as exc:
                 self.error(at, str(exc))
