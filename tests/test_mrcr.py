@@ -66,6 +66,7 @@ def test_the_assistant_s_pieces_may_come_from_a_file_of_one_s_own(tmp_path):
     built = draft.context.build(6)
     answers = [t.text for t in built.history if t.role == "assistant"]
     assert len(answers) == 10 == len(set(answers)) and set(answers) <= {p.strip() for p in pieces}
+    assert "pieces_repeat" not in built.data and draft.context.build(9).data["pieces_repeat"]  # 13 of 12: said
     assert setup.files[0]["name"] == "mine.txt"  # read through the spec's folder, and into the run id
 
 

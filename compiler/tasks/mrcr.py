@@ -232,6 +232,8 @@ class Conversations:
                 Turn(role, text) for request, piece in exchanges for role, text in ((USER, request), (ASSISTANT, piece))
             )
             data = {"prefix": prefix, "index": index, "form": form, "topic": topic, "exchanges": len(exchanges)}
+            if any(drawn < size for drawn in stream.rounds):  # said, never silent: a piece is there twice
+                data["pieces_repeat"] = True
             return Built(question, "", [prefix + answers[index - 1]], data, history)
 
         yield Draft({"needles": self.needles}, Sized(build), question, data={"needles": self.needles})
@@ -246,10 +248,12 @@ class Exchanges:
         self.pieces, self.asks, self.draws = pieces, asks, draws
         self.drawn: list[tuple[str, str]] = []
         self.used: set[int] = set()
+        self.rounds: list[int] = []  # how many exchanges were drawn when the pieces came round again
 
     def piece(self) -> str:
         if len(self.used) == len(self.pieces):
             self.used.clear()
+            self.rounds.append(len(self.drawn))
         while True:
             i = self.draws.below(len(self.pieces))
             if i not in self.used:
