@@ -98,6 +98,8 @@ def test_set_f1_is_openai_s_f1_over_the_last_final_answer_list():
     assert grade("a, b, c, d", expected=["x"], scoring=scoring, data=data).score == 0.0
     # As OpenAI's grader: an empty expected set scores 0, whatever the reply.
     assert grade("Final Answer: []", expected=["Final Answer: []"], scoring=scoring, data={"nodes": []}).score == 0
+    # Outside a run (no cell data), the expected answer's own list is the expected set.
+    assert grade("Final Answer: [a, b]", expected=["Final Answer: [a, b, c]"], scoring=scoring).score == 0.8
     lenient = grade("Final Answer: [a, b, c]", expected=["x"], scoring=[{"set_f1": {"threshold": 0.8}}], data=data)
     assert lenient.verdict == "pass"
 

@@ -562,7 +562,10 @@ def _set_f1(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     set (the cell's `data.nodes`, else the expected answer's own list). As OpenAI's grader: recall and precision are
     0 when their set is empty, so an empty expected set scores 0 whatever the reply."""
     gold = inp.data.get("nodes")
-    truth = set(gold if gold is not None else final_answer(inp.expected[0]) or inp.expected)
+    if gold is None:  # graded outside a run: the expected answer's own list, or the expected answers as nodes
+        listed = final_answer(inp.expected[0])
+        gold = listed if listed is not None else inp.expected
+    truth = set(gold)
     given = final_answer(answer)
     if given is None:
         return Verdict("fail", "set_f1", "no `Final Answer: [...]` list", 0.0)
