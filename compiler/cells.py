@@ -206,15 +206,12 @@ class CellMaker:
             raise CompileError(f"the {self.family.name} task family places its content in a haystack: give one")
         params = registry.params_of(spec)
         self.swept = bool(registry.sweeps(spec))
-        self.tasks = [
-            (
-                point,
-                self.family.task(
-                    Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir, confinement)
-                ),
-            )
-            for point in registry.points(spec)
-        ]
+        self.task_files: list[dict[str, Any]] = []  # the files the family read (a data set): into the compile hash
+        self.tasks = []
+        for point in registry.points(spec):
+            setup = Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir, confinement)
+            self.tasks.append((point, self.family.task(setup)))
+            self.task_files += [f for f in setup.files if f not in self.task_files]
         self.models = models_of(spec, counts, fetch)
         if not self.fills:
             for model in self.models:
@@ -543,7 +540,8 @@ class CellMaker:
         def at(size: int) -> tuple[Built, Prompt, int, bool]:
             if size not in tried:
                 built = sized.build(size)
-                prompt = Prompt(system, (Turn("user", built.text),), built.answer_prefix or None)
+                turns = (*built.history, Turn("user", built.text))
+                prompt = Prompt(system, turns, built.answer_prefix or None)
                 prompt = as_sent(model.api, model.entry, prompt)
                 tried[size] = (built, prompt, *self._prompt_tokens(model, prompt))
             return tried[size]

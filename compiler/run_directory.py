@@ -285,11 +285,11 @@ def prepare(
         for m in maker.models
     ]
     task = task_info(maker)
-    named = None if task is None else f"{task['name']} {task['version']}"
-    # What a family read from files its parameters name (`Task.inputs_digest`): a changed file is another run.
-    read = sorted({d for _, t in maker.tasks if (d := getattr(t, "inputs_digest", None))})
-    if named is not None and read:
-        named += " " + " ".join(read)
+    # What a family read from files its parameters name (`Setup.read`, `Task.inputs_digest`): a changed file is
+    # another run.
+    digests = [f["sha256"] for f in maker.task_files]
+    digests += sorted({d for _, t in maker.tasks if (d := getattr(t, "inputs_digest", None))})
+    named = None if task is None else " ".join([task["name"], task["version"], *digests])
     return maker.source, maker, compile_hash(spec, maker.source, counted, named)
 
 
@@ -298,8 +298,9 @@ def task_info(maker: CellMaker) -> dict[str, Any] | None:
     if "task" not in maker.spec:
         return None
     family = maker.family
-    axes = [*family.axes, *registry.sweeps(maker.spec)]
-    return {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
+    axes = list(dict.fromkeys([*family.axes, *registry.sweeps(maker.spec)]))
+    info = {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
+    return {**info, "files": maker.task_files} if maker.task_files else info
 
 
 def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:

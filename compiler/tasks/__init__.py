@@ -20,10 +20,14 @@ for every family (`compiler.cells`). The built-in families are `needle` (`tasks.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from nspec.errors import UserError
+from nspec.inputs import Confinement, read_input
 from nspec.prompt import Turn
 
 from ..context import Insert
@@ -48,8 +52,8 @@ class Fill:
 @dataclass(frozen=True)
 class Sized:
     """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. The cell gets the
-    largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.text`` as the user turn, its answer prefix
-    as the prefill — plus the answer budget fits the length."""
+    largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.history``'s turns then ``Built.text`` as
+    the last user turn, its answer prefix as the prefill — plus the answer budget fits the length."""
 
     build: Callable[[int], Built]
     step: int = 1
@@ -91,10 +95,21 @@ class Draft:
     question_index: int | None = None
 
 
+class ParamError(UserError):
+    """A family's parameter that cannot be used as given (a data file that is not of its shape, a count that cannot
+    be): ``key`` is where it stands under `task.params`, so `nspec validate` locates it as it locates the spec's own
+    errors."""
+
+    def __init__(self, key: tuple[str | int, ...], message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
 @dataclass(frozen=True)
 class Setup:
     """What a family's task is made from: the resolved spec (read only), the family's parameters at one point of
-    `grid.params`, and the haystack when the family reads one."""
+    `grid.params`, and the haystack when the family reads one. A family reads a file its parameters name only through
+    `read`: relative to the spec's folder, inside its confinement, and counted into the compile hash."""
 
     spec: Mapping[str, Any]
     params: Mapping[str, Any]
@@ -102,6 +117,21 @@ class Setup:
     seed: int
     base_dir: str = "."  # where the files its parameters name are, relative to (the spec's folder)
     confinement: Confinement | None = None  # the folders those files must lie in
+    files: list[dict[str, Any]] = field(default_factory=list)  # every file read: name, bytes, sha256
+
+    def read(self, key: str, limit: int) -> bytes:
+        """The bytes of the file the parameter ``key`` names; a `ParamError` at that key when it cannot be read."""
+        name = str(self.params[key])
+        path = os.path.join(self.base_dir, name)
+        outside = self.confinement.problem(path) if self.confinement is not None else None
+        if outside is not None:
+            raise ParamError((key,), f"{name} {outside}")
+        try:
+            data = read_input(path, limit)
+        except UserError as exc:
+            raise ParamError((key,), str(exc).replace(path, name, 1)) from None
+        self.files.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        return data
 
     @property
     def grid(self) -> Mapping[str, Any]:

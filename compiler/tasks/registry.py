@@ -27,6 +27,8 @@ BUILT_IN = {
     "stack": "nspec.compiler.tasks.stack",
     "nolima": "nspec.compiler.tasks.nolima",
     "context-rot": "nspec.compiler.tasks.context_rot",
+    "graphwalks": "nspec.compiler.tasks.graphwalks",
+    "mrcr": "nspec.compiler.tasks.mrcr",
 }
 
 

@@ -18,7 +18,7 @@ from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
-from nspec.compiler.tasks import Family, registry
+from nspec.compiler.tasks import Family, ParamError, Setup, registry
 from nspec.errors import SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
 from nspec.providers import Provider, key_destination_problem, names, provider
@@ -117,6 +117,7 @@ class _Checker:
         task = self.data.get("task")
         if not self.valid(("task",)):
             return
+        before = len(self.issues)
         name = registry.named(self.data)
         try:
             family = registry.family(name)
@@ -152,6 +153,8 @@ class _Checker:
         ]
         if not self.issues:
             self.family_checks(family, given, checked, at)
+        if len(self.issues) == before and not family.needs_haystack and self.valid(("grid",)):
+            self.family_task(family, at, given, swept)
         if family.needs_haystack:
             self.haystack_sections(family)
         else:
@@ -176,6 +179,26 @@ class _Checker:
                 if (path, message) not in seen:
                     seen.add((path, message))
                     self.error(path, message)
+
+    def family_task(self, family: Family, at: Path, given: dict[str, Any], swept: dict[str, Any]) -> None:
+        """The family's task at each point of its sweeps, made as compile makes it, so what it refuses of its
+        parameters (a data file not of its shape, a count that cannot be) is refused here, located."""
+        grid = self.data.get("grid")
+        if not isinstance(grid, dict):
+            return
+        seed = self.data.get("seed", 0) if isinstance(self.data.get("seed", 0), int) else 0
+        for point in registry.points(self.data):
+            setup = Setup(self.data, {**given, **point}, None, seed, self.base_dir, self.confinement)
+            try:
+                family.task(setup)
+            except ParamError as exc:
+                key = exc.key[0] if exc.key else None
+                where = ("grid", "params", key, swept[key].index(point[key])) if key in point else (*at, *exc.key)
+                self.error(where, str(exc))
+                return
+            except UserError as exc:
+                self.error(at, str(exc))
+                return
 
     def haystack_sections(self, family: Family) -> None:
         """What a family that fills a haystack needs: the haystack, its depths, a prompt with a user template."""

@@ -14,6 +14,7 @@ does not hold the answer (a negative control): the right reply says so and inven
 
 from __future__ import annotations
 
+import difflib
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
@@ -529,6 +530,54 @@ def _string_match_part(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     return Verdict("pass" if score else "fail", "string_match_part", reason, score)
 
 
+# -- OpenAI's GraphWalks and MRCR graders (their dataset cards on Hugging Face: openai/graphwalks, openai/mrcr) -------
+
+_FINAL_ANSWER = re.compile(r"Final Answer:\s*\[([^\[\]\n]*)\]")
+
+
+def final_answer(text: str) -> list[str] | None:
+    """The nodes of the last `Final Answer: [a, b, ...]` list in ``text`` (comma-separated, each stripped, empty
+    ones dropped); None when there is none."""
+    found = _FINAL_ANSWER.findall(text)
+    if not found:
+        return None
+    return [item.strip() for item in found[-1].split(",") if item.strip()]
+
+
+def _set_f1(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """GraphWalks' grade: F1 between the set of nodes the reply's last `Final Answer:` list names and the expected
+    set (the cell's `data.nodes`, else the expected answer's own list). As OpenAI's grader: recall and precision are
+    0 when their set is empty, so an empty expected set scores 0 whatever the reply."""
+    gold = inp.data.get("nodes")
+    if gold is None:  # graded outside a run: the expected answer's own list, or the expected answers as nodes
+        listed = final_answer(inp.expected[0])
+        gold = listed if listed is not None else inp.expected
+    truth = set(gold)
+    given = final_answer(answer)
+    if given is None:
+        return Verdict("fail", "set_f1", "no `Final Answer: [...]` list", 0.0)
+    sampled = set(given)
+    overlap = len(sampled & truth)
+    recall = overlap / len(truth) if truth else 0.0
+    precision = overlap / len(sampled) if sampled else 0.0
+    f1 = 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+    ok = f1 >= float(_options(spec).get("threshold", 1.0))
+    reason = f"{overlap} of {len(truth)} expected nodes among {len(sampled)} given"
+    return Verdict("pass" if ok else "fail", "set_f1", reason, round(f1, 6))
+
+
+def _sequence_ratio(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """MRCR's grade: 0 unless the reply starts with the cell's random string (`data.prefix`); else difflib's
+    SequenceMatcher ratio between the reply and the expected answer, the string stripped from both."""
+    prefix = str(inp.data.get("prefix", ""))
+    expected = inp.expected[0]
+    if not answer.startswith(prefix):
+        return Verdict("fail", "sequence_ratio", "does not start with the string to prepend", 0.0)
+    ratio = difflib.SequenceMatcher(None, answer.removeprefix(prefix), expected.removeprefix(prefix)).ratio()
+    ok = ratio >= float(_options(spec).get("threshold", 1.0))
+    return Verdict("pass" if ok else "fail", "sequence_ratio", f"similarity {ratio:.3f}", round(ratio, 6))
+
+
 SCORERS: dict[str, Scorer] = {
     "contains": _text_match("contains"),
     "exact": _text_match("exact"),
@@ -539,4 +588,6 @@ SCORERS: dict[str, Scorer] = {
     "auto": _auto,
     "string_match_all": _string_match_all,
     "string_match_part": _string_match_part,
+    "set_f1": _set_f1,
+    "sequence_ratio": _sequence_ratio,
 }

@@ -153,9 +153,10 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
+def score_tables(data: ReportData, threshold: float, metric: str | None = None) -> list[dict[str, Any]]:
     """RULER's table, per model and axis of the task (a task name, a swept parameter): a row per value of the axis
-    and a column per length, each the mean score x 100 of its cells (over the other axes); each row's average; each
+    and a column per length, each the mean score x 100 of its cells (over the other axes) under ``metric`` (the
+    spec's first scorer: F1 for GraphWalks, a similarity ratio for MRCR); each row's average and its pass rate; each
     length's average over the rows (every value weighs the same, as RULER averages its tasks); and the effective
     length as RULER reads it (`grading.ruler.effective_length`): the longest length whose average is at or above the
     threshold, written `<4K` when none is and `>128K` when the longest is."""
@@ -167,10 +168,14 @@ def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
         lengths = sorted({r["context_length"] for r in rows})
         for axis in sorted({k for r in rows for k in r["axes"]}) or [None]:
             sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+            passed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
             for r in rows:
-                cell = sums["all" if axis is None else _value(r["axes"].get(axis))][r["context_length"]]
+                value = "all" if axis is None else _value(r["axes"].get(axis))
+                cell = sums[value][r["context_length"]]
                 cell[0] += r["score"] * r["n"]
                 cell[1] += r["n"]
+                passed[value][0] += r["passes"]
+                passed[value][1] += r["n"]
             means = {v: {n: 100 * t / k for n, (t, k) in by.items() if k} for v, by in sorted(sums.items())}
             averages = {
                 n: sum(m[n] for m in means.values() if n in m) / sum(n in m for m in means.values()) for n in lengths
@@ -180,12 +185,14 @@ def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
                 {
                     "model": label,
                     "axis": axis,
+                    "metric": metric or "score",
                     "lengths": [f"{n:,}" for n in lengths],
                     "rows": [
                         {
                             "value": value,
                             "scores": [f"{m[n]:.1f}" if n in m else "—" for n in lengths],
                             "average": f"{sum(m.values()) / len(m):.1f}",
+                            "pass_rate": f"{passed[value][0] / passed[value][1]:.0%}" if passed[value][1] else "—",
                         }
                         for value, m in means.items()
                     ],
@@ -195,6 +202,12 @@ def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
                 }
             )
     return tables
+
+
+def _metric(spec: dict[str, Any]) -> str | None:
+    """The name of the spec's first scorer (what a score table's numbers are)."""
+    scoring = spec.get("scoring") or []
+    return next(iter(scoring[0]), None) if scoring and isinstance(scoring[0], dict) else None
 
 
 def summary_words(data: ReportData, threshold: float) -> list[dict[str, str]]:
@@ -335,7 +348,7 @@ def render_page(
         version=__version__,
         runs=[_run_header(r, n) for r, n in zip(runs, names, strict=True)],
         summary=summary_rows(data, threshold),
-        score_tables=score_tables(data, threshold),
+        score_tables=score_tables(data, threshold, _metric(runs[0].spec)),
         threshold_score=f"{100 * threshold:.1f}",
         words=summary_words(data, threshold),
         threshold=f"{threshold:.1%}",

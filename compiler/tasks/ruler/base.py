@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nspec.prompt import Turn
+
 
 @dataclass(frozen=True)
 class Built:
@@ -14,12 +16,15 @@ class Built:
     ``text`` is the user turn: RULER's template filled with the context and the query, without the answer prefix;
     ``answer_prefix`` is what RULER puts after it for the model to continue (an assistant prefill where a provider
     takes one); ``expected`` are RULER's outputs for the sample, computed from the context that was built.
+    ``history`` holds the turns of a conversation before that user turn (MRCR's exchanges), user first; RULER's
+    have none.
     """
 
     text: str
     answer_prefix: str
     expected: list[str]
     data: dict[str, Any] = field(default_factory=dict)
+    history: tuple[Turn, ...] = ()
 
 
 def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = None) -> int:

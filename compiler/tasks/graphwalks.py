@@ -1,0 +1,263 @@
+"""The `graphwalks` family: OpenAI's GraphWalks. A random directed graph, listed one edge per line as `a -> b`, and
+an operation on it — the nodes exactly at a depth of a breadth-first search from a node, or the parents of a node —
+answered as `Final Answer: [...]` and scored by F1 between the node sets (`set_f1`).
+
+The graph is generated to the cell's length (`Sized`: more edges at longer lengths) and the expected set computed
+from the graph that was built; or, with `data:`, the rows of OpenAI's published file are sent as they are (`Fixed`),
+each at the smallest grid length it fits.
+
+The prompt is OpenAI's, word for word as its published rows have it (huggingface.co/datasets/openai/graphwalks),
+with one change the rows' wording needed: a breadth-first search asks for the nodes "exactly at depth N" (OpenAI's
+"Perform a BFS from node X with depth N" left open whether nodes nearer than N count; its grader counts only those
+at N). Unlike OpenAI's graphs, these have no self-loops and no repeated edges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from nspec.prompt import Turn
+
+from . import Draft, Fixed, ParamError, Setup, Sized, Slot, datafile
+from .ruler.base import Built
+
+# OpenAI's framing, from its published rows: the instructions, one worked example, the graph and the operation.
+INSTRUCTIONS = (
+    "You will be given a graph as a list of directed edges. All nodes are at least degree 1. You will also get a "
+    "description of an operation to perform on the graph.\n"
+    "Your job is to execute the operation on the graph and return the set of nodes that the operation results in. "
+    "If asked for a breadth-first search (BFS), only return the nodes that are reachable at that depth, do not "
+    "return the starting node. If asked for the parents of a node, only return the nodes that have an edge leading "
+    "to the given node, do not return the given node itself.\n\n"
+    "Here is an example:\n<begin example>\n\n"
+    "The graph has the following edges:\nuvwx -> alke\nabcd -> uvwx\nabcd -> efgh\nefgh -> uvwx\n\n"
+    "Example 1:\nOperation:\nPerform a BFS from node abcd with depth 1.\nFinal Answer: [uvwx, efgh]\n\n"
+    "Example 2:\nOperation:\nPerform a BFS from node alke with depth 1.\nFinal Answer: []\n\n"
+    "Example 3:\nOperation:\nFind the parents of node uvwx.\nFinal Answer: [abcd, efgh]\n\n"
+    "Example 4:\nOperation:\nFind the parents of node abcd.\nFinal Answer: []\n\n"
+    "<end example>\n"
+    "Here is the graph to operate on:\nThe graph has the following edges:\n"
+)
+CLOSING = (
+    "\n\nYou should immediately return the set of nodes that the operation results in, with no additional text. "
+    "Return your final answer as a list of nodes in the very last line of your response.\n"
+)
+OPERATIONS = ("bfs", "parents")
+# Edges per node as the graph grows: edge i joins nodes among the first 2 + i // EDGES_PER_NODE.
+EDGES_PER_NODE = 2
+STEP = 1  # edges: the sizes tried when fitting a length
+PICKS = 32  # random nodes tried for the operation before the others in order
+
+
+def operation_text(operation: str, node: str, depth: int) -> str:
+    if operation == "parents":
+        return f"Find the parents of node {node}."
+    return f"Perform a BFS from node {node} with depth {depth}, and return the nodes exactly at depth {depth}."
+
+
+def final_answer(nodes: Sequence[str]) -> str:
+    """The reply OpenAI's examples show: `Final Answer: [a, b]`."""
+    return f"Final Answer: [{', '.join(nodes)}]"
+
+
+def at_depth(edges: Sequence[tuple[str, str]], start: str, depth: int) -> list[str]:
+    """The nodes whose shortest path from ``start`` has exactly ``depth`` edges (never ``start``), sorted."""
+    children: dict[str, list[str]] = {}
+    for a, b in edges:
+        children.setdefault(a, []).append(b)
+    seen = {start: 0}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        if seen[node] == depth:
+            continue
+        for child in children.get(node, ()):
+            if child not in seen:
+                seen[child] = seen[node] + 1
+                queue.append(child)
+    return sorted(n for n, d in seen.items() if d == depth and n != start)
+
+
+def parents(edges: Sequence[tuple[str, str]], node: str) -> list[str]:
+    """The nodes with an edge to ``node`` (never ``node``), sorted."""
+    return sorted({a for a, b in edges if b == node and a != node})
+
+
+def answer_of(edges: Sequence[tuple[str, str]], operation: str, node: str, depth: int) -> list[str]:
+    return parents(edges, node) if operation == "parents" else at_depth(edges, node, depth)
+
+
+class EdgeStream:
+    """The edges of one slot's graph, drawn once and in order: the graph of n edges is the first n, so a longer
+    context holds the graph of a shorter one and more. No self-loops, no repeated edge."""
+
+    def __init__(self, slot: Slot) -> None:
+        self.slot = slot
+        self.draws = slot.draws("graphwalks-edges", slot.length, slot.trial)
+        self.edges: list[tuple[str, str]] = []
+        self._seen: set[tuple[int, int]] = set()
+        self._ids: list[str] = []
+        self._taken: set[str] = set()
+
+    def node(self, i: int) -> str:
+        """The id of node ``i``: 10 hex digits, as OpenAI's graphs name theirs."""
+        while len(self._ids) <= i:
+            n = len(self._ids)
+            salt = 0
+            while True:
+                key = f"graphwalks-node\0{self.slot.seed}\0{self.slot.length}\0{self.slot.trial}\0{n}\0{salt}"
+                name = hashlib.sha256(key.encode()).hexdigest()[:10]
+                if name not in self._taken:
+                    break
+                salt += 1
+            self._ids.append(name)
+            self._taken.add(name)
+        return self._ids[i]
+
+    def first(self, n: int) -> list[tuple[str, str]]:
+        while len(self.edges) < n:
+            pool = 2 + len(self.edges) // EDGES_PER_NODE
+            while True:
+                a = self.draws.below(pool)
+                b = self.draws.below(pool - 1)
+                b += b >= a  # never a self-loop
+                if (a, b) not in self._seen:
+                    break
+            self._seen.add((a, b))
+            self.edges.append((self.node(a), self.node(b)))
+        return self.edges[:n]
+
+
+class GraphWalksFamily:
+    name = "graphwalks"
+    version = "1"
+    params_schema: Mapping[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "operation": {
+                "description": "`bfs`: the nodes exactly at `depth` of a breadth-first search from a node; "
+                "`parents`: the nodes with an edge to a node.",
+                "enum": list(OPERATIONS),
+                "default": "bfs",
+            },
+            "depth": {
+                "description": "The depth of a breadth-first search.",
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 16,
+                "default": 2,
+            },
+            "data": {
+                "description": "OpenAI's published GraphWalks file (or one of its shape) as JSONL or a JSON list of "
+                "rows with `prompt`, `answer_nodes` and `problem_type`, relative to the spec's folder: its prompts "
+                "are sent as they are, instead of generated graphs.",
+                "type": "string",
+                "minLength": 1,
+            },
+            "rows": {
+                "description": "With `data`: how many of its rows to run (the first ones); default all.",
+                "type": "integer",
+                "minimum": 1,
+            },
+        },
+    }
+    axes = ("operation",)
+    needs_haystack = False
+    default_scoring: Sequence[Mapping[str, Any]] = ({"set_f1": True},)
+
+    def task(self, setup: Setup) -> GeneratedGraphs | PublishedRows:
+        params = setup.params
+        if "data" in params:
+            for key in ("operation", "depth"):
+                if key in params:
+                    raise ParamError((key,), f"`{key}` is for generated graphs; a `data` file's rows say their own")
+            return PublishedRows(datafile.limited(setup, checked_row))
+        if "rows" in params:
+            raise ParamError(("rows",), "`rows` counts the rows of a `data` file; give one, or leave `rows` out")
+        return GeneratedGraphs(params.get("operation", "bfs"), params.get("depth", 2))
+
+
+class GeneratedGraphs:
+    def __init__(self, operation: str, depth: int) -> None:
+        self.operation, self.depth = operation, depth
+
+    def cells(self, lengths: Sequence[int]) -> int:
+        return len(lengths)
+
+    def depth_plan(self) -> list[tuple[float | None, int]]:
+        return []
+
+    def drafts(self, slot: Slot) -> Iterator[Draft]:
+        stream = EdgeStream(slot)
+
+        def build(size: int) -> Built:
+            edges = stream.first(size)
+            node, nodes = self._pick(slot, size, edges)
+            operation = operation_text(self.operation, node, self.depth)
+            graph = "\n".join(f"{a} -> {b}" for a, b in edges)
+            text = f"{INSTRUCTIONS}{graph}\n\nOperation:\n{operation}{CLOSING}"
+            data = {"nodes": nodes, "node": node, "edges": size}
+            return Built(text, "", [final_answer(nodes)], data)
+
+        question = operation_text(self.operation, "N", self.depth)
+        data = {"depth": self.depth} if self.operation == "bfs" else {}
+        yield Draft({"operation": self.operation}, Sized(build, step=STEP), question, data=data)
+
+    def _pick(self, slot: Slot, size: int, edges: list[tuple[str, str]]) -> tuple[str, list[str]]:
+        """The node the operation starts from, drawn among the graph's nodes until its answer is not empty (an
+        empty set scores 0 whatever the reply, under OpenAI's F1), with that answer."""
+        draws = slot.draws("graphwalks-node", slot.length, slot.trial, size)
+        nodes = sorted({n for edge in edges for n in edge})
+        tries = [nodes[draws.below(len(nodes))] for _ in range(PICKS)]
+        for node in [*tries, *nodes]:  # the rest in order, should a few random draws all miss
+            answer = answer_of(edges, self.operation, node, self.depth)
+            if answer:
+                return node, answer
+        return nodes[0], []  # a graph too small to have one
+
+
+class PublishedRows:
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def cells(self, lengths: Sequence[int]) -> int:
+        return len(self.rows)
+
+    def depth_plan(self) -> list[tuple[float | None, int]]:
+        return []
+
+    def drafts(self, slot: Slot) -> Iterator[Draft]:
+        for row in self.rows:
+            operation = row["problem_type"]
+            question = row["prompt"].rsplit("Operation:", 1)[-1].strip().split("\n", 1)[0]
+            yield Draft(
+                {"item": f"row-{row['row']}", "operation": operation},
+                Fixed((Turn("user", row["prompt"]),)),
+                question,
+                [final_answer(row["answer_nodes"])],
+                data={"nodes": row["answer_nodes"], "row": row["row"]},
+            )
+
+
+def checked_row(where: str, row: Any, index: int) -> dict[str, Any]:
+    """A row of OpenAI's file, with what is read of it."""
+    if not isinstance(row, dict):
+        raise ParamError(("data",), f"{where}: a row is an object with prompt, answer_nodes and problem_type")
+    prompt = row.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise ParamError(("data",), f"{where}: `prompt` must be the text of the user message")
+    nodes = row.get("answer_nodes", row.get("answer"))
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        raise ParamError(("data",), f"{where}: `answer_nodes` must be a list of node ids")
+    kind = row.get("problem_type")
+    if kind not in OPERATIONS:
+        raise ParamError(("data",), f"{where}: `problem_type` must be bfs or parents (got {json.dumps(kind)})")
+    return {"row": index, "prompt": prompt, "answer_nodes": nodes, "problem_type": kind}
+
+
+FAMILY = GraphWalksFamily()
