@@ -273,7 +273,7 @@ def prepare(
     task family that places its content in one."""
     needs = registry.family(registry.named(spec)).needs_haystack
     source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
-    maker = CellMaker(spec, source, counts, fetch)
+    maker = CellMaker(spec, source, counts, fetch, base_dir)
     cells = maker.count()
     if cells > max_cells:
         raise CompileError(
@@ -294,7 +294,7 @@ def task_info(maker: CellMaker) -> dict[str, Any] | None:
     if "task" not in maker.spec:
         return None
     family = maker.family
-    axes = [*family.axes, *registry.sweeps(maker.spec)]
+    axes = list(dict.fromkeys([*family.axes, *registry.sweeps(maker.spec)]))
     return {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
 
 

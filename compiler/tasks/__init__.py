@@ -47,11 +47,13 @@ class Fill:
 class Sized:
     """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. The cell gets the
     largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.text`` as the user turn, its answer prefix
-    as the prefill — plus the answer budget fits the length."""
+    as the prefill — plus the answer budget (``reserve`` where the family sets one, else the prompt's
+    `reserve_tokens`) fits the length."""
 
     build: Callable[[int], Built]
     step: int = 1
     limit: int | None = None
+    reserve: int | None = None  # the answer budget the family sets (RULER's tokens to generate): the cell's reserve
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Setup:
     params: Mapping[str, Any]
     source: HaystackSource | None
     seed: int
+    base_dir: str = "."  # the folder the spec's relative paths start from (files a family's params name)
 
     @property
     def grid(self) -> Mapping[str, Any]:
@@ -119,6 +122,7 @@ class Slot:
     length: int
     trial: int
     seed: int
+    count: Callable[[str], int] | None = None  # a text's tokens as the slot's model counts them
 
     def draws(self, *key: Any) -> Draws:
         """The seeded random stream of ``key`` (with the spec's seed): the same key, the same draws, forever."""
@@ -176,3 +180,10 @@ class Family(Protocol):
         ...
 
     def task(self, setup: Setup) -> Task: ...
+
+
+# A family may also have, and the framework then uses:
+# - ``path_params``: names of its parameters that are file paths, relative to the spec file that writes them (an
+#   included spec's are rebased as its haystack files are);
+# - ``problems(spec, points, base_dir) -> [(param, message)]``: what compile would refuse in its parameters at
+#   each `grid.params` point (a data file missing, say), reported by validate, plan and compile at the parameter.

@@ -25,6 +25,7 @@ GROUP = "nspec.tasks"
 BUILT_IN = {
     "needle": "nspec.compiler.tasks.needle",
     "stack": "nspec.compiler.tasks.stack",
+    "ruler": "nspec.compiler.tasks.ruler.family",
 }
 
 
