@@ -7,9 +7,7 @@ import pytest
 
 from nspec import __version__
 from nspec.cli import app
-from tests.conftest import BASE, SPECS
-
-EXAMPLES = sorted(SPECS.glob("*.yaml"))
+from tests.conftest import BASE, EXAMPLES, SPECS
 
 
 def test_version(cli):

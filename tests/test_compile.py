@@ -16,7 +16,7 @@ from nspec.compiler.context import TEXT_TOLERANCE
 from nspec.compiler.run_directory import compile_run, plan
 from nspec.errors import CompileError
 from nspec.spec import load_spec
-from tests.conftest import SPECS
+from tests.conftest import EXAMPLES, SPECS
 
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -261,7 +261,7 @@ def test_plan_cli(small, cli):
     assert data["models"][1]["tokenizer"] == {"name": "proxy:o200k_base*1", "exact": False, "margin": 0.2}
 
 
-@pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_plans(spec, monkeypatch):
     monkeypatch.chdir(SPECS.parent)
     loaded = load_spec(f"specs/{spec.name}")

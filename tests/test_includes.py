@@ -8,7 +8,7 @@ from nspec.errors import SpecError
 from nspec.spec import load_spec
 from nspec.spec.schema import schema_issues
 from nspec.spec.yamlsource import SourceMap
-from tests.conftest import BASE, SPECS
+from tests.conftest import BASE, EXAMPLES, SPECS
 
 
 def test_include_merges_mappings_and_the_includer_wins(spec_file):
@@ -91,7 +91,7 @@ def test_defaults_typo_reported_once(spec_file):
     ]
 
 
-@pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda p: p.name)
 def test_resolved_spec_is_complete_valid_and_stable(spec, monkeypatch):
     """The resolved spec (what a run directory keeps) validates by itself and resolves to itself."""
     monkeypatch.chdir(SPECS.parent)

@@ -29,7 +29,7 @@ from nspec.runners.emulator.responders import Echo
 from nspec.runners.providers import anthropic_models, google, mistral, openai_models, together
 from nspec.runners.providers.anthropic import PROVIDER as ANTHROPIC
 from nspec.spec import load_spec
-from tests.conftest import BASE, SPECS
+from tests.conftest import BASE, EXAMPLES, SPECS
 from tests.test_emulator import STEPPED, make_emulator, needle_prompt, oai  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("api_keys")
@@ -542,7 +542,7 @@ def accepted(api, line: dict) -> list[str]:
 
 
 # quickstart.yaml's only model runs on this machine: no API's rules apply to its lines.
-@pytest.mark.parametrize("name", sorted(p.name for p in SPECS.glob("*.yaml") if p.name != "quickstart.yaml"))
+@pytest.mark.parametrize("name", [p.name for p in EXAMPLES if p.name != "quickstart.yaml"])
 def test_every_shipped_spec_compiles_to_lines_the_apis_accept(name, tmp_path, monkeypatch):
     from nspec.compiler import grid as grid_axes
     from nspec.compiler.cells import models_of
