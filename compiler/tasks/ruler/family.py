@@ -186,13 +186,16 @@ class RulerCells:
         yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
 
     def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:
-        """The generator's build, its refusals (a size too small for what it holds) said as a compile error."""
+        """The generator's build, its refusals (a size too small for what it holds) said as a compile error, and its
+        answer prefix without trailing white space: vt's ends in a space (`they are: `), which Anthropic refuses at
+        the end of a prefill; dropped for every provider, so every model gets the same prompt (docs/ruler.md)."""
 
         def checked(size: int) -> Built:
             try:
-                return build(size)
+                built = build(size)
             except ValueError as exc:
                 raise CompileError(f"RULER's {self.name} at length {slot.length:,}: {exc}") from None
+            return replace(built, answer_prefix=built.answer_prefix.rstrip())
 
         return checked
 
