@@ -320,7 +320,8 @@ def compile_side(args: argparse.Namespace) -> None:
         code, wall, rss = measured(command, folder, dict(os.environ), log)
         run = folder / "out" / f"ruler-{length}"
         cells = sum(len(p.read_text().splitlines()) for p in run.glob("*/cells.jsonl")) if code == 0 else 0
-        print(f"{length:7d} {cells:6d} {wall:8.1f} {rss:6.0f}" + ("" if code == 0 else f"  failed: see {log}"), flush=True)
+        failed = "" if code == 0 else f"  failed: see {log}"
+        print(f"{length:7d} {cells:6d} {wall:8.1f} {rss:6.0f}{failed}", flush=True)
 
 
 def prepare(args: argparse.Namespace) -> None:
