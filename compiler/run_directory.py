@@ -286,6 +286,12 @@ def prepare(
     ]
     task = task_info(maker)
     named = None if task is None else f"{task['name']} {task['version']}"
+    read = getattr(maker.family, "data_files", None)
+    if named is not None and read is not None:  # the data sets it reads are part of the run's identity
+        points = [{**registry.params_of(spec), **point} for point in registry.points(spec)]
+        for path in read(points, base_dir):
+            with open(path, "rb") as data:
+                named += f" {os.path.basename(path)}:{hashlib.file_digest(data, 'sha256').hexdigest()}"
     return maker.source, maker, compile_hash(spec, maker.source, counted, named)
 
 

@@ -231,7 +231,10 @@ def test_specs_ruler_yaml_runs_the_13_tasks_as_one_grid(folder, cli, tmp_path):
     run = compiled(cli, "all.yaml", tmp_path / "out")
     made = lines(run)
     assert sorted(c["axes"]["task"] for c, _ in made) == sorted(TASKS)
-    assert json.loads((run / "manifest.json").read_text())["task"]["axes"] == ["task"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["task"]["axes"] == ["task"]
+    data = [f["path"] for f in manifest["provenance"]["files"] if f["role"] == "data"]
+    assert data == ["ruler/data/squad.json", "ruler/data/hotpotqa.json"]
 
 
 def test_a_task_runs_end_to_end_and_reports_ruler_s_table(folder, cli, tmp_path, emulator, api_keys):

@@ -186,4 +186,6 @@ class Family(Protocol):
 # - ``path_params``: names of its parameters that are file paths, relative to the spec file that writes them (an
 #   included spec's are rebased as its haystack files are);
 # - ``problems(spec, points, base_dir) -> [(param, message)]``: what compile would refuse in its parameters at
-#   each `grid.params` point (a data file missing, say), reported by validate, plan and compile at the parameter.
+#   each `grid.params` point (a data file missing, say), reported by validate, plan and compile at the parameter;
+# - ``data_files(points, base_dir) -> [path]``: the files its tasks read, listed in the manifest's provenance and
+#   hashed into the run's identity.

@@ -188,9 +188,9 @@ def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
             paths: tuple[str, ...] = getattr(registry.family(registry.named(data)), "path_params", ())
         except UserError:
             paths = ()  # an unknown family: the checks say so
-        for key in paths:
-            if key in params:
-                params[key] = rebase(params[key])
+        for name in paths:
+            if name in params:
+                params[name] = rebase(params[name])
     for keys in _PATH_KEYS:
         parent: Any = data
         for key in keys[:-1]:

@@ -52,8 +52,8 @@ def build_report(runs: list[Run], folder: Path | None = None) -> Path:
         (folder / "ruler.md").write_text(results["table"] + "\n", encoding="utf-8")
         (folder / "ruler.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     else:
-        for stale in ("ruler.md", "ruler.json"):
-            (folder / stale).unlink(missing_ok=True)
+        for left in ("ruler.md", "ruler.json"):
+            (folder / left).unlink(missing_ok=True)
     browser = [
         {"label": label, "count": export.counts[label], "path": str(path), "file": f"cells/{path.name}"}
         for label, path in export.files.items()

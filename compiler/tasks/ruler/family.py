@@ -161,6 +161,11 @@ class RulerFamily:
     ) -> list[tuple[str, str]]:
         return problems(spec, points, base_dir)
 
+    def data_files(self, points: Sequence[Mapping[str, Any]], base_dir: str) -> list[str]:
+        """The data sets the spec's tasks read (qa's), for the manifest's provenance and the compile hash."""
+        datasets = [(p, TASKS[p["task"]].dataset) for p in points if p.get("task") in TASKS]
+        return list(dict.fromkeys(data_file(p, dataset, base_dir) for p, dataset in datasets if dataset is not None))
+
 
 class RulerCells:
     """One RULER task's samples: one draft per slot, its trial the sample."""
