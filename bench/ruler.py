@@ -188,11 +188,19 @@ def made_up_qa(json_dir: Path) -> None:
 
 def measured(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float]:
     """Exit code, wall seconds and peak RSS in MB of ``command`` and every process it starts."""
+    code, wall, rss, _ = measured_cpu(command, cwd, env, log)
+    return code, wall, rss
+
+
+def measured_cpu(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float, float]:
+    """`measured`, and the CPU seconds (user and system) of ``command`` and its children: on a loaded machine the
+    wall time says more about the load than about the work."""
     start = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
-    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime
+    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024, cpu
 
 
 def peak_rss_mb() -> float:
@@ -310,18 +318,18 @@ def compile_side(args: argparse.Namespace) -> None:
         made_up_qa(data)
     models = ", ".join(f"{{id: {m}}}" for m in args.models.split(","))
     print(f"nspec compile of specs/ruler.yaml: 13 tasks, {args.samples} samples, models {args.models}\n")
-    print(f"{'length':>7} {'cells':>6} {'seconds':>8} {'MB':>6}")
+    print(f"{'length':>7} {'cells':>6} {'wall s':>8} {'CPU s':>8} {'MB':>6}")
     for length in [int(n) for n in args.lengths.split(",")]:
         spec = folder / f"bench-{length}.yaml"
         grid = f"grid: {{context_lengths: [{length}], trials: {args.samples}}}"
         spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\nmodels: [{models}]\n")
         command = [sys.executable, "-m", "nspec", "compile", spec.name, "-o", str(folder / "out")]
         log = folder / f"compile-{length}.log"
-        code, wall, rss = measured(command, folder, dict(os.environ), log)
+        code, wall, rss, cpu = measured_cpu(command, folder, dict(os.environ), log)
         run = folder / "out" / f"ruler-{length}"
         cells = sum(len(p.read_text().splitlines()) for p in run.glob("*/cells.jsonl")) if code == 0 else 0
         failed = "" if code == 0 else f"  failed: see {log}"
-        print(f"{length:7d} {cells:6d} {wall:8.1f} {rss:6.0f}{failed}", flush=True)
+        print(f"{length:7d} {cells:6d} {wall:8.1f} {cpu:8.1f} {rss:6.0f}{failed}", flush=True)
 
 
 def prepare(args: argparse.Namespace) -> None:
