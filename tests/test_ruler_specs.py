@@ -319,3 +319,18 @@ def test_what_the_family_cannot_build_is_refused_located_by_validate_plan_and_co
     for command in (["validate"], ["plan"], ["compile", "-o", "out"]):
         result = cli(*command, "spec.yaml")
         assert result.code == 2 and error in result.err, (command, result.err)
+
+
+def test_the_ruler_scorer_grades_each_cell_by_its_task_s_metric():
+    from nspec.runners.grading.grader import grade
+
+    answer = "Captain1y2, I think; or Captain9."
+    part = grade(answer, expected=["Captain1y2", "Captain1y2."], scoring=[{"ruler": True}], require="all")
+    assert part.verdict == "undecided"  # no RULER task named: not a ruler cell
+    qa_cell = {"metric": "string_match_part"}
+    niah_cell = {"metric": "string_match_all"}
+    expected = ["Captain1y2", "Captain7"]
+    by_part = grade(answer, expected=expected, scoring=[{"ruler": True}], require="all", data=qa_cell)
+    by_all = grade(answer, expected=expected, scoring=[{"ruler": True}], require="all", data=niah_cell)
+    assert (by_part.scorer, by_part.score, by_part.verdict) == ("string_match_part", 1.0, "pass")
+    assert (by_all.scorer, by_all.score, by_all.verdict) == ("string_match_all", 0.5, "fail")
