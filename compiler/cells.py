@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nspec.errors import CompileError
+from nspec.inputs import Confinement
 from nspec.prompt import Prompt, Turn
 from nspec.providers import Provider, as_sent
 from nspec.providers import provider as provider_api
@@ -190,6 +191,7 @@ class CellMaker:
         counts: CountsFile | None = None,
         fetch: dict[str, Fetch] | None = None,
         base_dir: str = ".",
+        confinement: Confinement | None = None,
     ) -> None:
         self.spec = spec
         self.seed: int = spec.get("seed", 0)
@@ -202,7 +204,9 @@ class CellMaker:
         self.tasks = [
             (
                 point,
-                self.family.task(Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir)),
+                self.family.task(
+                    Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir, confinement)
+                ),
             )
             for point in registry.points(spec)
         ]
@@ -230,7 +234,7 @@ class CellMaker:
         self.inexact: dict[str, int] = {}  # per calibrated model: cells counted only by composition it refuted
         self.aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
         self.pass_tokens: dict[str, int] = {}  # per encoding: tokens of one pass over the sources, where tokenised
-        self._texts: dict[tuple[str, Any], TokenizedText] = {}
+        self._texts: dict[tuple[str, Any, str], TokenizedText] = {}  # per encoding, trial and haystack
         self._fixed_tokens: dict[tuple[str, ...], tuple[int, bool]] = {}  # a Fixed draft's count, per model
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
@@ -246,26 +250,26 @@ class CellMaker:
 
     # -- haystack text -------------------------------------------------------------------------------------------
 
-    def _text(self, tokenizer: Tokenizer, trial: int) -> TokenizedText:
-        shuffled = self.source.vary == "shuffle" and trial > 0
-        key = (tokenizer.encoding_name, trial if shuffled else "all")
+    def _text(self, tokenizer: Tokenizer, trial: int, source: HaystackSource) -> TokenizedText:
+        shuffled = source.vary == "shuffle" and trial > 0
+        key = (tokenizer.encoding_name, trial if shuffled else "all", source.digest)
         if key not in self._texts:
             if shuffled:  # only the current trial's shuffled texts are kept
                 for old in [k for k in self._texts if k[1] != "all"]:
                     del self._texts[old]
-            self._texts[key] = self._tokenize(tokenizer, trial_order(self.source, self.seed, trial))
+            self._texts[key] = self._tokenize(tokenizer, trial_order(source, self.seed, trial), source)
             tt = self._texts[key]
             if tt.layout is not None and len(tt.data) >= tt.layout.pass_bytes:  # the text holds a whole pass
                 self.pass_tokens.setdefault(tokenizer.encoding_name, tt.pass_tokens)
         return self._texts[key]
 
-    def _tokenize(self, tokenizer: Tokenizer, order: list[int]) -> TokenizedText:
+    def _tokenize(self, tokenizer: Tokenizer, order: list[int], source: HaystackSource) -> TokenizedText:
         """Join the documents (repeated as often as needed) and tokenise them once."""
         longest = max(self.lengths)
-        sep = self.source.separator
-        docs = [self.source.documents[i] for i in order]
+        sep = source.separator
+        docs = [source.documents[i] for i in order]
         one_pass = sum(len(d.encode()) for d in docs) + len(sep.encode()) * len(docs)
-        offset_room = one_pass if self.source.vary == "offset" and self.trials > 1 else 0
+        offset_room = one_pass if source.vary == "offset" and self.trials > 1 else 0
         want_bytes = offset_room + longest * 6 + 4096
         while True:
             parts: list[str] = []
@@ -317,8 +321,17 @@ class CellMaker:
                 yield from self._model_trial(model, trial)
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
-        tt = self._text(model.tokenizer, trial) if self.fills else None
-        start = self._start(tt, trial) if tt is not None else 0
+        texts: dict[str, tuple[TokenizedText | None, int]] = {}
+
+        def text(task: Task) -> tuple[TokenizedText | None, int]:
+            """The trial's tokenised haystack of a task, and its first token: the spec's, or the task's own
+            variant of it (`Task.haystack`, e.g. sentence-shuffled)."""
+            source = getattr(task, "haystack", None) or self.source
+            if source.digest not in texts:
+                tt = self._text(model.tokenizer, trial, source) if self.fills else None
+                texts[source.digest] = (tt, self._start(tt, trial) if tt is not None else 0)
+            return texts[source.digest]
+
         for variant, prompt in self.variants:
             prompt = {**prompt, **model.prompt_override}
             for length in self.lengths:
@@ -331,6 +344,7 @@ class CellMaker:
                     self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
                     continue
                 for point, task in self.tasks:
+                    tt, start = text(task)
                     slot = _Slot(model, tt, start, variant, prompt, length, trial, point, task)
                     made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
                     if not self.fills:
@@ -501,7 +515,8 @@ class CellMaker:
         search, in the model's tokens)."""
         model = slot.model
         reserve = sized.reserve or slot.prompt.get("reserve_tokens", 300)
-        target = self._fit_target(model, slot.length, reserve)
+        # The provider's counts are the model's own: no proxy's margin to keep inside max_context.
+        target = slot.length if model.counter is not None else self._fit_target(model, slot.length, reserve)
         system = self._system(slot, made)
         tried: dict[int, tuple[Built, Prompt, int, bool]] = {}
 
@@ -536,7 +551,8 @@ class CellMaker:
             self._fixed_tokens[key] = self._prompt_tokens(model, prompt)
         tokens, exact = self._fixed_tokens[key]
         lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
-        home = min((n for n in lengths if tokens + reserve <= self._fit_target(model, n, reserve)), default=None)
+        fits = (lambda n: n) if exact else (lambda n: self._fit_target(model, n, reserve))
+        home = min((n for n in lengths if tokens + reserve <= fits(n)), default=None)
         if home is None and slot.length == max(lengths):
             self.unplaced[model.label] = self.unplaced.get(model.label, 0) + 1
         if home != slot.length:

@@ -281,6 +281,25 @@ def trial_order(source: HaystackSource, seed: int, trial: int) -> list[int]:
     return order
 
 
+# Where a sentence ends: after . ! or ?, or after one of them and a closing quote or bracket, before white space.
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a text, in order, without the white space between them."""
+    return [s for s in _SENTENCE_BREAK.split(text.strip()) if s]
+
+
+def sentence_shuffled(source: HaystackSource, seed: int) -> HaystackSource:
+    """The same documents with each one's sentences in another order (seeded), joined by a space: the same sentences,
+    without the text's coherence (Context-Rot's shuffled haystack)."""
+    docs = [" ".join(Draws(seed, "sentence-shuffle", i).shuffled(sentences(d))) for i, d in enumerate(source.documents)]
+    digest = hashlib.sha256(f"{source.digest}\0sentence-shuffle\0{seed}".encode()).hexdigest()
+    return HaystackSource(
+        source.kind, docs, source.separator, source.vary, digest, names=source.names, files=source.files
+    )
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where each document lies in the first pass of a haystack text (the text repeats the passes)."""

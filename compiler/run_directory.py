@@ -273,7 +273,7 @@ def prepare(
     task family that places its content in one."""
     needs = registry.family(registry.named(spec)).needs_haystack
     source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
-    maker = CellMaker(spec, source, counts, fetch, base_dir)
+    maker = CellMaker(spec, source, counts, fetch, base_dir, confinement)
     cells = maker.count()
     if cells > max_cells:
         raise CompileError(
@@ -286,12 +286,10 @@ def prepare(
     ]
     task = task_info(maker)
     named = None if task is None else f"{task['name']} {task['version']}"
-    read = getattr(maker.family, "data_files", None)
-    if named is not None and read is not None:  # the data sets it reads are part of the run's identity
-        points = [{**registry.params_of(spec), **point} for point in registry.points(spec)]
-        for path in read(points, base_dir):
-            with open(path, "rb") as data:
-                named += f" {os.path.basename(path)}:{hashlib.file_digest(data, 'sha256').hexdigest()}"
+    # What a family read from files its parameters name (`Task.inputs_digest`): a changed file is another run.
+    read = sorted({d for _, t in maker.tasks if (d := getattr(t, "inputs_digest", None))})
+    if named is not None and read:
+        named += " " + " ".join(read)
     return maker.source, maker, compile_hash(spec, maker.source, counted, named)
 
 

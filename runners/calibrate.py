@@ -137,6 +137,8 @@ def _count_cells(
             cell.model.counter.line(cell.request)
             continue
         reports[model_id].cells += 1
+        if cell.composed is None:
+            continue  # a task's whole prompt (Sized, Fixed), counted whole: no composition to verify
         record, chosen = cell.record, samples[model_id]
         target = record["context_length"]["target"]
         needle_at_end = any(n["depth_requested"] >= 100 for n in record["needles"])

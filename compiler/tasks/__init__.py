@@ -30,6 +30,8 @@ from ..context import Insert
 from ..draws import Draws
 
 if TYPE_CHECKING:
+    from nspec.inputs import Confinement
+
     from ..haystack import HaystackSource
     from .ruler.base import Built  # what a sized build returns (RULER's generators return it too)
 
@@ -100,7 +102,8 @@ class Setup:
     params: Mapping[str, Any]
     source: HaystackSource | None
     seed: int
-    base_dir: str = "."  # the folder the spec's relative paths start from (files a family's params name)
+    base_dir: str = "."  # where the files its parameters name are, relative to (the spec's folder)
+    confinement: Confinement | None = None  # the folders those files must lie in
 
     @property
     def grid(self) -> Mapping[str, Any]:
@@ -146,6 +149,10 @@ class Task(Protocol):
         an insert), so the prompt cache can be planned before the cells are made. Others: []."""
         ...
 
+    # Optional attributes: ``haystack``, a variant of the spec's haystack its Fill drafts are cut from (e.g.
+    # sentence-shuffled; tokenised once beside the spec's); ``inputs_digest``, a digest of what it read from files its
+    # parameters name, which enters the compile hash.
+
 
 class Family(Protocol):
     """A kind of task, found by name in the registry (`tasks.registry`)."""
@@ -181,11 +188,10 @@ class Family(Protocol):
 
     def task(self, setup: Setup) -> Task: ...
 
-
-# A family may also have, and the framework then uses:
-# - ``path_params``: names of its parameters that are file paths, relative to the spec file that writes them (an
-#   included spec's are rebased as its haystack files are);
-# - ``problems(spec, points, base_dir) -> [(param, message)]``: what compile would refuse in its parameters at
-#   each `grid.params` point (a data file missing, say), reported by validate, plan and compile at the parameter;
-# - ``data_files(points, base_dir) -> [path]``: the files its tasks read, listed in the manifest's provenance and
-#   hashed into the run's identity.
+    # Optional: ``check(params, base_dir, confinement) -> list[tuple[str, str]]``, what the family refuses beyond its
+    # schema at one point of `grid.params` (a data file not of its shape, a count its data cannot meet), as
+    # (parameter, message); `nspec validate` locates each at the parameter, so validate, plan and compile refuse alike.
+    # Optional too: ``problems(spec, points, base_dir)``, the same over every point at once with the whole spec (a
+    # parameter no point's task takes, more trials than a data set's questions); ``path_params``, parameters that
+    # are file paths relative to the spec file that writes them (an included spec's are rebased as its haystack
+    # files are); ``data_files(points, base_dir)``, the files its tasks read, listed in the manifest's provenance.

@@ -25,6 +25,8 @@ GROUP = "nspec.tasks"
 BUILT_IN = {
     "needle": "nspec.compiler.tasks.needle",
     "stack": "nspec.compiler.tasks.stack",
+    "nolima": "nspec.compiler.tasks.nolima",
+    "context-rot": "nspec.compiler.tasks.context_rot",
     "ruler": "nspec.compiler.tasks.ruler.family",
 }
 

@@ -150,6 +150,8 @@ class _Checker:
             for issue in params_issues(whole, schema, self.source, at)
             if not any(issue.path.startswith(format_path((*at, k))) for k in checked)
         ]
+        if not self.issues:
+            self.family_checks(family, given, checked, at)
         if family.needs_haystack:
             self.haystack_sections(family)
         else:
@@ -180,6 +182,26 @@ class _Checker:
             path, at_key = where(param)
             self.error(path, message, at_key=at_key)
 
+    def family_checks(self, family: Family, given: dict[str, Any], swept: dict[str, list[Any]], at: Path) -> None:
+        """What a family refuses beyond its schema (its data files, a count its data cannot meet), at every point of
+        `grid.params`, through its optional ``check(params, base_dir, confinement)``: each problem located at the
+        parameter's sweep value when it is swept, else at the parameter."""
+        check = getattr(family, "check", None)
+        if check is None:
+            return
+        points: list[dict[str, Any]] = [{}]
+        for key, values in swept.items():
+            points = [{**point, key: (i, value)} for point in points for i, value in enumerate(values)]
+        seen = set()
+        for point in points:
+            for key, message in check(
+                {**given, **{k: v for k, (_, v) in point.items()}}, self.base_dir, self.confinement
+            ):
+                path = ("grid", "params", key, point[key][0]) if key in point else (*at, key) if key in given else at
+                if (path, message) not in seen:
+                    seen.add((path, message))
+                    self.error(path, message)
+
     def haystack_sections(self, family: Family) -> None:
         """What a family that fills a haystack needs: the haystack, its depths, a prompt with a user template."""
         if "haystack" not in self.data:
@@ -194,9 +216,10 @@ class _Checker:
         is_stack = isinstance(haystack, dict) and "stack" in haystack
         if family.name == "stack" and isinstance(haystack, dict) and not is_stack:
             self.error(("haystack",), "the stack task family reads a `stack` haystack (haystack: {stack: ...})")
-        if family.name == "needle" and is_stack:
+        if family.name != "stack" and is_stack:
             self.error(
-                ("task",), "the needle task family hides needles in text; a `stack` haystack is the stack family's"
+                ("task",),
+                f"the {family.name} task family hides needles in text; a `stack` haystack is the stack family's",
             )
 
     def no_haystack_sections(self, family: Family) -> None:

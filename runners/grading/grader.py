@@ -23,7 +23,7 @@ from typing import Any, Literal
 from nspec.errors import UserError
 from nspec.spec.templates import regex_error
 
-from . import freetext
+from . import freetext, ruler
 
 Accepted = tuple[tuple[str, ...], ...]
 Outcome = Literal["pass", "fail", "undecided"]
@@ -508,36 +508,23 @@ def _polar(reading: freetext.Reading, value: str, polar: str, asked: set[str]) -
     return Verdict("pass", "auto", f"answers {polar}", 1.0)
 
 
-# -- RULER's metrics (NVIDIA/RULER scripts/eval/synthetic/constants.py and evaluate.py), per answer --------------
-
-_CONTROL = re.compile(r"[\x00-\x1f]")
-
-
-def _ruler_prediction(answer: str) -> str:
-    """RULER's `postprocess_pred`: stripped, every control character a line break, stripped again."""
-    return _CONTROL.sub("\n", answer.strip()).strip()
-
-
-def _ruler_found(reference: str, prediction: str) -> float:
-    return 1.0 if reference.lower() in prediction.lower() else 0.0
+# -- RULER's metrics, per answer (`grading.ruler`: NVIDIA/RULER's own definitions) ------------------------------
 
 
 def _string_match_all(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     """RULER's `string_match_all`: the share of the expected strings the answer holds (case-insensitive
-    substrings); a pass when all are there (or the share reaches `threshold`)."""
-    prediction = _ruler_prediction(answer)
-    found = sum(_ruler_found(r, prediction) for r in inp.expected)
-    score = found / len(inp.expected)
+    substrings, after RULER's cleaning); a pass when all are there (or the share reaches `threshold`)."""
+    score = ruler.share_found(ruler.postprocess(answer), inp.expected)
     ok = score >= float(_options(spec).get("threshold", 1.0))
-    return Verdict("pass" if ok else "fail", "string_match_all", f"holds {found:g} of {len(inp.expected)}", score)
+    found = round(score * len(inp.expected))
+    return Verdict("pass" if ok else "fail", "string_match_all", f"holds {found} of {len(inp.expected)}", score)
 
 
 def _string_match_part(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     """RULER's `string_match_part` (its QA metric): 1 when the answer holds any of the references (the expected
     answers and alternates, case-insensitive substrings), else 0."""
-    prediction = _ruler_prediction(answer)
     references = list(dict.fromkeys((*inp.expected, *inp.alternates)))
-    score = max(_ruler_found(r, prediction) for r in references)
+    score = ruler.any_found(ruler.postprocess(answer), references)
     reason = "holds a reference answer" if score else f"holds none of {len(references)} reference answers"
     return Verdict("pass" if score else "fail", "string_match_part", reason, score)
 

@@ -157,7 +157,8 @@ def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
     """RULER's table, per model and axis of the task (a task name, a swept parameter): a row per value of the axis
     and a column per length, each the mean score x 100 of its cells (over the other axes); each row's average; each
     length's average over the rows (every value weighs the same, as RULER averages its tasks); and the effective
-    length: the longest length whose average is at or above the threshold there and at every shorter length."""
+    length as RULER reads it (`grading.ruler.effective_length`): the longest length whose average is at or above the
+    threshold, written `<4K` when none is and `>128K` when the longest is."""
     tables = []
     for label in data.models:
         rows = [r for r in data.scores if r["model"] == label]
@@ -174,15 +175,7 @@ def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
             averages = {
                 n: sum(m[n] for m in means.values() if n in m) / sum(n in m for m in means.values()) for n in lengths
             }
-            effective = None
-            for n in lengths:
-                if averages[n] < 100 * threshold:
-                    break
-                effective = n
-            rulers = axis == "task" and set(means) <= set(ruler.TASKS)
-            shown = _length(effective, lengths[0]) + (" (the longest length run)" if effective == lengths[-1] else "")
-            if rulers:  # RULER's table: its rule (the longest length at or above), written as RULER writes it
-                shown = ruler.effective_label(ruler.effective_length(averages, 100 * threshold), lengths)
+            effective = ruler.effective_label(ruler.effective_length(averages, 100 * threshold), lengths)
             tables.append(
                 {
                     "model": label,
@@ -198,8 +191,7 @@ def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
                     ],
                     "averages": [f"{averages[n]:.1f}" for n in lengths],
                     "average": f"{sum(averages.values()) / len(averages):.1f}",
-                    "effective": shown,
-                    "ruler": rulers,
+                    "effective": effective,
                 }
             )
     return tables

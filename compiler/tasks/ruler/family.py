@@ -16,6 +16,7 @@ and `hotpotqa` parameters, relative to the spec that names them.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -162,7 +163,7 @@ class RulerFamily:
         return problems(spec, points, base_dir)
 
     def data_files(self, points: Sequence[Mapping[str, Any]], base_dir: str) -> list[str]:
-        """The data sets the spec's tasks read (qa's), for the manifest's provenance and the compile hash."""
+        """The data sets the spec's tasks read (qa's), for the manifest's provenance."""
         datasets = [(p, TASKS[p["task"]].dataset) for p in points if p.get("task") in TASKS]
         return list(dict.fromkeys(data_file(p, dataset, base_dir) for p, dataset in datasets if dataset is not None))
 
@@ -176,6 +177,9 @@ class RulerCells:
         self.task = TASKS[self.name]
         self.seed = (setup.seed, self.name)
         self.base_dir = setup.base_dir
+        if self.task.dataset is not None:  # the data set as read, for the compile hash (`Task.inputs_digest`)
+            with open(data_file(self.params, self.task.dataset, self.base_dir), "rb") as data:
+                self.inputs_digest = hashlib.file_digest(data, "sha256").hexdigest()
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(lengths)
