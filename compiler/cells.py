@@ -70,6 +70,10 @@ class Model:
     counter: Counter | None = field(default=None, repr=False)  # the provider's counts, once calibrated
     cache: CachePolicy | None = None  # how its requests are shaped for the provider's prompt cache
 
+    def count(self, text: str) -> int:
+        """``text``'s tokens as this model counts them (its tokenizer's, scaled where it is a proxy)."""
+        return self.tokenizer.scale(self.tokenizer.own_count(text))
+
     @property
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-")[:40] or "model"
@@ -345,7 +349,7 @@ class CellMaker:
                 for point, task in self.tasks:
                     tt, start = text(task)
                     slot = _Slot(model, tt, start, variant, prompt, length, trial, point, task)
-                    made = task.drafts(Slot(variant, length, trial, self.seed))
+                    made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
                     if not self.fills:
                         yield from self._generated_cells(slot, made)
                         continue
@@ -531,7 +535,7 @@ class CellMaker:
         """The draft built at the largest size whose prompt and answer budget fit the slot's length (RULER's
         search, in the model's tokens)."""
         model = slot.model
-        reserve = slot.prompt.get("reserve_tokens", 300)
+        reserve = sized.reserve or slot.prompt.get("reserve_tokens", 300)
         # The provider's counts are the model's own: no proxy's margin to keep inside max_context.
         target = slot.length if model.counter is not None else self._fit_target(model, slot.length, reserve)
         system = self._system(slot, made)
@@ -555,7 +559,8 @@ class CellMaker:
             )
         built, prompt, tokens, exact = at(size)
         expected = [*made.expected, *built.expected]
-        return self._generated_cell(slot, made, prompt, tokens, exact, expected, {**made.data, **built.data}, size)
+        data = {**made.data, **built.data}
+        return self._generated_cell(slot, made, prompt, tokens, exact, expected, data, size, reserve)
 
     def _fixed_cell(self, slot: _Slot, made: Draft, fixed: Fixed) -> Cell | None:
         """The draft's cell if the slot's length is the smallest grid length it fits; None otherwise (a draft that
@@ -574,7 +579,7 @@ class CellMaker:
             self.unplaced[model.label] = self.unplaced.get(model.label, 0) + 1
         if home != slot.length:
             return None
-        return self._generated_cell(slot, made, prompt, tokens, exact, made.expected, made.data, None)
+        return self._generated_cell(slot, made, prompt, tokens, exact, made.expected, made.data, None, reserve)
 
     def _prompt_tokens(self, model: Model, prompt: Prompt) -> tuple[int, bool]:
         """A whole prompt's tokens as the model counts them — the provider's count where calibrate has it — and
@@ -598,9 +603,9 @@ class CellMaker:
         expected: list[str],
         data: dict[str, Any],
         size: int | None,
+        reserve: int,
     ) -> Cell:
         model = slot.model
-        reserve = slot.prompt.get("reserve_tokens", 300)
         identity = self._identity(slot, made)
         cid = cell_id(model, {"model": model.label, **identity})
         request = None

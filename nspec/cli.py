@@ -563,10 +563,15 @@ def report(
     ],
     out: Annotated[str | None, typer.Option("-o", "--out", help="Folder (default: the first run's report/).")] = None,
 ) -> None:
-    """Build the report: index.html (works offline), one PNG per chart, summary.csv."""
+    """Build the report: index.html (works offline), one PNG per chart, summary.csv; for RULER's tasks, RULER's table
+    (printed, and kept as ruler.md and ruler.json)."""
     from nspec.runners import pipeline
 
-    _stdout().print(str(pipeline.report(list(runs), out)), markup=False)
+    page = pipeline.report(list(runs), out)
+    table = page.parent / "ruler.md"
+    if table.exists():
+        _stdout().print(table.read_text(encoding="utf-8"), markup=False)
+    _stdout().print(str(page), markup=False)
 
 
 @app.command(name="run")

@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 from nspec.compiler.haystack import haystack_paths
+from nspec.compiler.tasks import registry
 from nspec.spec import LoadedSpec
 from nspec.spec.loader import counts_file
 
@@ -20,11 +21,22 @@ def input_files(loaded: LoadedSpec) -> list[tuple[str, str]]:
     haystack = loaded.data.get("haystack", {})  # a task family that generates its contexts reads none
     if "files" in haystack:
         files += [(p, "haystack") for p in haystack_paths(haystack, loaded.base_dir, loaded.confinement)]
+    files += [(path, "data") for path in family_data_files(loaded.data, loaded.base_dir)]
     if "stack" in haystack:
         files += [(os.path.join(loaded.base_dir, haystack["stack"][k]), "stack") for k in ("items", "questions")]
     if loaded.counts is not None:
         files.append((counts_file(loaded.file), "counts"))
     return [(os.path.normpath(path), role) for path, role in files]
+
+
+def family_data_files(spec: dict[str, Any], base_dir: str) -> list[str]:
+    """The data files the spec's task family reads (its `data_files`, where it has one)."""
+    family = registry.family(registry.named(spec))
+    read = getattr(family, "data_files", None)
+    if read is None:
+        return []
+    points = [{**registry.params_of(spec), **point} for point in registry.points(spec)]
+    return list(read(points, base_dir))
 
 
 def describe(loaded: LoadedSpec) -> dict[str, Any]:
@@ -54,7 +66,7 @@ def summary(provenance: dict[str, Any]) -> str:
     """One line: how many inputs, at which commit, and which differ from it."""
     files = provenance["files"]
     roles = [f["role"] for f in files]
-    kinds = ("spec", "include", "haystack", "stack", "counts")
+    kinds = ("spec", "include", "haystack", "stack", "data", "counts")
     counted = ", ".join(f"{roles.count(r)} {r}" for r in kinds if r in roles)
     git = provenance["git"]
     if git is None:

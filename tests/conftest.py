@@ -19,9 +19,12 @@ from nspec.runners.emulator.config import Timing
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
-# Shipped specs that read data nspec may not ship (NIAN's limericks), with a file of it: they are tested on files of
-# our own in their own test files, and with the shipped ones only when those are present.
-NEEDS_DATA = {"nian.yaml": SPECS / "data" / "nian" / "limerick_dataset_oedilf_v3.json"}
+# Shipped specs that read data nspec may not ship (NIAN's limericks, RULER's QA sets), with a file of it: they are
+# tested on files of our own in their own test files, and with the shipped ones only when those are present.
+NEEDS_DATA = {
+    "nian.yaml": SPECS / "data" / "nian" / "limerick_dataset_oedilf_v3.json",
+    "ruler.yaml": SPECS / "ruler" / "data" / "squad.json",  # tests/test_ruler_specs.py runs it on data of its own
+}
 
 
 def shipped_specs() -> list[Path]:

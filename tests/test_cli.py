@@ -26,7 +26,7 @@ def test_every_command_has_help(cli, command):
 
 
 def test_examples_are_valid(cli):
-    assert len(EXAMPLES) >= 6
+    assert len(EXAMPLES) >= 5
     result = cli("validate", *map(str, EXAMPLES))
     assert result.code == 0, result.err
     assert result.out.count(": valid") == len(EXAMPLES)

@@ -53,11 +53,13 @@ class Fill:
 class Sized:
     """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. The cell gets the
     largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.history``'s turns then ``Built.text`` as
-    the last user turn, its answer prefix as the prefill — plus the answer budget fits the length."""
+    the last user turn, its answer prefix as the prefill — plus the answer budget (``reserve`` where the family sets
+    one, else the prompt's `reserve_tokens`) fits the length."""
 
     build: Callable[[int], Built]
     step: int = 1
     limit: int | None = None
+    reserve: int | None = None  # the answer budget the family sets (RULER's tokens to generate): the cell's reserve
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class Slot:
     length: int
     trial: int
     seed: int
+    count: Callable[[str], int] | None = None  # a text's tokens as the slot's model counts them
 
     def draws(self, *key: Any) -> Draws:
         """The seeded random stream of ``key`` (with the spec's seed): the same key, the same draws, forever."""
@@ -218,3 +221,7 @@ class Family(Protocol):
     # Optional: ``check(params, base_dir, confinement) -> list[tuple[str, str]]``, what the family refuses beyond its
     # schema at one point of `grid.params` (a data file not of its shape, a count its data cannot meet), as
     # (parameter, message); `nspec validate` locates each at the parameter, so validate, plan and compile refuse alike.
+    # Optional too: ``problems(spec, points, base_dir)``, the same over every point at once with the whole spec (a
+    # parameter no point's task takes, more trials than a data set's questions); ``path_params``, parameters that
+    # are file paths relative to the spec file that writes them (an included spec's are rebased as its haystack
+    # files are); ``data_files(points, base_dir)``, the files its tasks read, listed in the manifest's provenance.

@@ -29,6 +29,7 @@ BUILT_IN = {
     "context-rot": "nspec.compiler.tasks.context_rot",
     "graphwalks": "nspec.compiler.tasks.graphwalks",
     "mrcr": "nspec.compiler.tasks.mrcr",
+    "ruler": "nspec.compiler.tasks.ruler.family",
 }
 
 

@@ -19,7 +19,7 @@ from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.tasks import Family, ParamError, Setup, registry
-from nspec.errors import SpecError, SpecIssue, UserError
+from nspec.errors import CompileError, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
 from nspec.providers import Provider, key_destination_problem, names, provider
 from nspec.spec.schema import params_issues
@@ -159,6 +159,31 @@ class _Checker:
             self.haystack_sections(family)
         else:
             self.no_haystack_sections(family)
+        if not any(i.path.startswith(("task", "grid.params")) for i in self.issues):
+            self.family_problems(family, given, checked, at)
+
+    def family_problems(self, family: Family, given: dict[str, Any], swept: dict[str, Any], at: Path) -> None:
+        """What the family would refuse at compile in its parameters at any point of `grid.params` (a data file
+        missing, more samples than it has, a parameter no task it runs takes), located at the parameter."""
+        points = [{**given, **point} for point in registry.points(self.data)]
+
+        def where(param: str) -> tuple[Path, bool]:
+            if param in swept:
+                return ("grid", "params", param), True
+            return ((*at, param), False) if param in given else (at, False)
+
+        for param in getattr(family, "path_params", ()):
+            value = given.get(param)
+            problem = None
+            if isinstance(value, str) and self.confinement is not None:
+                problem = self.confinement.problem(os.path.join(self.base_dir, value))
+            if problem is not None:
+                self.error((*at, param), f"{value} {problem}")
+                return
+        check = getattr(family, "problems", None)
+        for param, message in check(self.data, points, self.base_dir) if check is not None else ():
+            path, at_key = where(param)
+            self.error(path, message, at_key=at_key)
 
     def family_checks(self, family: Family, given: dict[str, Any], swept: dict[str, list[Any]], at: Path) -> None:
         """What a family refuses beyond its schema (its data files, a count its data cannot meet), at every point of
@@ -741,6 +766,27 @@ class _Checker:
         if seen is not None and isinstance(prompt.get("user"), str) and "answer" not in seen:
             self.error((*path, "user"), "the judge never sees the answer it grades: put {answer} in `user`")
         return None
+
+
+def generated_fit(spec: dict[str, Any], source: SourceMap, base_dir: str) -> list[SpecIssue]:
+    """A family that generates its contexts (`Sized`) at the resolved spec's shortest length, one trial: what compile
+    would refuse there (a length too small for the task's smallest size, more than its context holds), located at
+    `grid.context_lengths`. The shortest length is where a context that cannot fit fails first."""
+    from nspec.compiler.cells import CellMaker
+
+    family = registry.family(registry.named(spec))
+    if family.needs_haystack:
+        return []
+    grid = spec["grid"]
+    shortest = min(grid_axes.context_lengths(grid["context_lengths"]))
+    maker = CellMaker({**spec, "grid": {**grid, "context_lengths": [shortest], "trials": 1}}, None, base_dir=base_dir)
+    maker.build_requests = False
+    try:
+        for _ in maker.cells():
+            pass
+    except CompileError as exc:
+        return [SpecIssue(source.value(("grid", "context_lengths")), "grid.context_lengths", str(exc))]
+    return []
 
 
 def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:

@@ -71,6 +71,9 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     resolved = fill_defaults(data)
     if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
         resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
+    fit = checks.generated_fit(resolved, source, os.path.dirname(file) or ".")
+    if fit:
+        raise SpecError(fit)
     counts = load_counts(file)
     return LoadedSpec(file, resolved, source, files, checks.warnings(data, source), confinement, counts)
 
@@ -178,6 +181,16 @@ def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
     def rebase(p: Any) -> Any:
         return os.path.relpath(os.path.join(from_dir, p), to_dir or ".") if isinstance(p, str) else p
 
+    task = data.get("task")
+    params = task.get("params") if isinstance(task, dict) else None
+    if isinstance(params, dict):
+        try:
+            paths: tuple[str, ...] = getattr(registry.family(registry.named(data)), "path_params", ())
+        except UserError:
+            paths = ()  # an unknown family: the checks say so
+        for name in paths:
+            if name in params:
+                params[name] = rebase(params[name])
     for keys in _PATH_KEYS:
         parent: Any = data
         for key in keys[:-1]:

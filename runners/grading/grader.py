@@ -578,6 +578,16 @@ def _sequence_ratio(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     return Verdict("pass" if ok else "fail", "sequence_ratio", f"similarity {ratio:.3f}", round(ratio, 6))
 
 
+def _ruler(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """RULER's metric of the cell's task, as the `ruler` family names it in the cell's data (`data.metric`)."""
+    metric = inp.data.get("metric")
+    if metric not in RULER_METRICS:
+        return Verdict("undecided", "ruler", "the cell names no RULER metric (not a `ruler` task's cell)")
+    return RULER_METRICS[metric](answer, inp, spec)
+
+
+RULER_METRICS: dict[str, Scorer] = {"string_match_all": _string_match_all, "string_match_part": _string_match_part}
+
 SCORERS: dict[str, Scorer] = {
     "contains": _text_match("contains"),
     "exact": _text_match("exact"),
@@ -590,4 +600,5 @@ SCORERS: dict[str, Scorer] = {
     "string_match_part": _string_match_part,
     "set_f1": _set_f1,
     "sequence_ratio": _sequence_ratio,
+    "ruler": _ruler,
 }

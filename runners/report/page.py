@@ -210,6 +210,46 @@ def _metric(spec: dict[str, Any]) -> str | None:
     return next(iter(scoring[0]), None) if scoring and isinstance(scoring[0], dict) else None
 
 
+def ruler_scores(data: ReportData) -> dict[str, dict[int, dict[str, float]]]:
+    """RULER's task scores of a run whose cells have RULER's task as an axis: per model, length and task, the mean
+    score x 100 of its graded cells (over any other axes). Empty for any other run."""
+    sums: dict[str, dict[int, dict[str, list[float]]]] = {}
+    for r in data.scores:
+        task = r["axes"].get("task")
+        if task in ruler.TASKS and r["n"]:
+            by_task = sums.setdefault(r["model"], {}).setdefault(r["context_length"], {})
+            total = by_task.setdefault(task, [0.0, 0.0])
+            total[0] += r["score"] * r["n"]
+            total[1] += r["n"]
+    return {
+        model: {n: {task: 100 * t / k for task, (t, k) in sorted(ts.items())} for n, ts in sorted(lengths.items())}
+        for model, lengths in sums.items()
+    }
+
+
+def ruler_summary(data: ReportData, threshold: float) -> dict[str, Any] | None:
+    """RULER's results, for report/ruler.json and ruler.md: per model the task scores per length, each length's
+    average, and the effective length by RULER's rule (`runners.grading.ruler`); None for a run without RULER's
+    tasks as an axis."""
+    scores = ruler_scores(data)
+    if not scores:
+        return None
+    models = {}
+    for model, by_length in scores.items():
+        averages = {n: ruler.length_score(tasks) for n, tasks in by_length.items()}
+        effective = ruler.effective_length(averages, 100 * threshold)
+        models[model] = {
+            "effective_length": effective,
+            "effective_label": ruler.effective_label(effective, sorted(averages)),
+            "lengths": {
+                str(n): {"tasks": {t: round(v, 2) for t, v in tasks.items()}, "average": round(averages[n], 2)}
+                for n, tasks in by_length.items()
+            },
+            "average": round(sum(averages.values()) / len(averages), 2),
+        }
+    return {"threshold": round(100 * threshold, 2), "models": models, "table": ruler.table(scores, 100 * threshold)}
+
+
 def summary_words(data: ReportData, threshold: float) -> list[dict[str, str]]:
     """The summary per model in sentences, as a reader would quote it."""
     lines = []
