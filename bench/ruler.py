@@ -186,21 +186,15 @@ def made_up_qa(json_dir: Path) -> None:
 # --- running and measuring ----------------------------------------------------------------------------------------
 
 
-def measured(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float]:
-    """Exit code, wall seconds and peak RSS in MB of ``command`` and every process it starts."""
-    code, wall, rss, _ = measured_cpu(command, cwd, env, log)
-    return code, wall, rss
-
-
-def measured_cpu(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float, float]:
-    """`measured`, and the CPU seconds (user and system) of ``command`` and its children: on a loaded machine the
-    wall time says more about the load than about the work."""
+def measured(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float, float]:
+    """Exit code, wall seconds, CPU seconds and peak RSS in MB of ``command`` and every process it starts (the CPU
+    time is what to compare on a machine other work shares)."""
     start = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
-    cpu = usage.ru_utime + usage.ru_stime
-    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss / 1024, cpu
+    wall, cpu = time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+    return os.waitstatus_to_exitcode(status), wall, cpu, usage.ru_maxrss / 1024
 
 
 def peak_rss_mb() -> float:
@@ -222,20 +216,22 @@ def run_ruler(args: argparse.Namespace, scripts: Path, env: dict[str, str], task
     command = [args.python, "prepare.py", "--save_dir", str(out), "--benchmark", "synthetic", "--task", task]
     command += ["--tokenizer_path", ENCODING, "--tokenizer_type", "openai", "--max_seq_length", str(length)]
     command += ["--model_template_type", "base", "--num_samples", str(args.samples)]
-    code, wall, rss = measured(command, scripts / "data", env, args.work / "logs" / f"ruler-{task}-{length}.log")
+    code, wall, cpu, rss = measured(command, scripts / "data", env, args.work / "logs" / f"ruler-{task}-{length}.log")
     lengths = lengths_of(out / task / "validation.jsonl")
-    return {"code": code, "seconds": wall, "rss_mb": rss, "samples": len(lengths), "tokens": lengths}
+    return {"code": code, "seconds": wall, "cpu": cpu, "rss_mb": rss, "samples": len(lengths), "tokens": lengths}
 
 
 def run_nspec(args: argparse.Namespace, task: str, length: int) -> dict[str, Any]:
     result = args.work / "nspec-data" / f"{task}-{length}.json"
     result.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, __file__, "--one", task, str(length), str(args.samples), "--work", str(args.work)]
-    code, wall, rss = measured(command, Path.cwd(), dict(os.environ), args.work / "logs" / f"nspec-{task}-{length}.log")
+    log = args.work / "logs" / f"nspec-{task}-{length}.log"
+    code, wall, cpu, rss = measured(command, Path.cwd(), dict(os.environ), log)
     samples = json.loads(result.read_text()) if code == 0 else []
     return {
         "code": code,
         "seconds": wall,
+        "cpu": cpu,
         "rss_mb": rss,
         "samples": len(samples),
         "tokens": [s["tokens"] for s in samples],
@@ -325,7 +321,7 @@ def compile_side(args: argparse.Namespace) -> None:
         spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\nmodels: [{models}]\n")
         command = [sys.executable, "-m", "nspec", "compile", spec.name, "-o", str(folder / "out")]
         log = folder / f"compile-{length}.log"
-        code, wall, rss, cpu = measured_cpu(command, folder, dict(os.environ), log)
+        code, wall, cpu, rss = measured(command, folder, dict(os.environ), log)
         run = folder / "out" / f"ruler-{length}"
         cells = sum(len(p.read_text().splitlines()) for p in run.glob("*/cells.jsonl")) if code == 0 else 0
         failed = "" if code == 0 else f"  failed: see {log}"
@@ -390,9 +386,10 @@ def main() -> None:
     }
     lengths, tasks, sides = [int(n) for n in args.lengths.split(",")], args.tasks.split(","), args.sides.split(",")
     print(f"{args.samples} samples per task and length, {ENCODING}\n")
-    head = f"{'task':16} {'length':>7} | {'RULER s':>8} {'MB':>6} {'n':>4} {'tokens':>7} |"
-    print(head + f" {'nspec s':>8} {'MB':>6} {'n':>4} {'tokens':>7} | template")
+    head = f"{'task':16} {'length':>7} | {'RULER s':>8} {'cpu s':>7} {'MB':>6} {'n':>4} {'tokens':>7} |"
+    print(head + f" {'nspec s':>8} {'cpu s':>7} {'MB':>6} {'n':>4} {'tokens':>7} | template")
     totals = {"ruler": 0.0, "nspec": 0.0}
+    cpu_totals = {"ruler": 0.0, "nspec": 0.0}
     results = []
     for length in lengths:
         for task in tasks:
@@ -400,7 +397,7 @@ def main() -> None:
             cells = []
             for side in ("ruler", "nspec"):
                 if side not in sides or (side == "nspec" and task not in NSPEC_TASKS):
-                    cells.append(f"{'-':>8} {'-':>6} {'-':>4} {'-':>7}")
+                    cells.append(f"{'-':>8} {'-':>7} {'-':>6} {'-':>4} {'-':>7}")
                     continue
                 if side == "ruler":
                     result = run_ruler(args, scripts, env, task, length)
@@ -408,9 +405,13 @@ def main() -> None:
                     result = run_nspec(args, task, length)
                 row[side] = {k: v for k, v in result.items() if k != "first"}
                 totals[side] += result["seconds"]
+                cpu_totals[side] += result["cpu"]
                 mean = sum(result["tokens"]) / len(result["tokens"]) if result["tokens"] else float("nan")
                 failed = "!" if result["code"] != 0 or result["samples"] != args.samples else " "
-                figures = f"{result['seconds']:8.1f} {result['rss_mb']:6.0f} {result['samples']:4d}{failed}{mean:6.0f}"
+                figures = (
+                    f"{result['seconds']:8.1f} {result['cpu']:7.1f} {result['rss_mb']:6.0f} {result['samples']:4d}"
+                )
+                figures += f"{failed}{mean:6.0f}"
                 cells.append(figures)
                 if side == "nspec":
                     row["nspec_first"] = result["first"]
@@ -420,7 +421,10 @@ def main() -> None:
             row.pop("nspec_first", None)
             results.append(row)
     (args.work / "results.json").write_text(json.dumps(results, indent=1))
-    print(f"\ntotal: RULER {totals['ruler']:.0f} s, nspec {totals['nspec']:.0f} s (nspec: {', '.join(NSPEC_TASKS)})")
+    print(
+        f"\ntotal: RULER {totals['ruler']:.0f} s ({cpu_totals['ruler']:.0f} s CPU), nspec {totals['nspec']:.0f} s "
+        f"({cpu_totals['nspec']:.0f} s CPU; {', '.join(NSPEC_TASKS)})"
+    )
     print(f"this process's own peak RSS (a floor under every MB above): {peak_rss_mb():.0f} MB")
     print(f"per-sample token counts in {args.work / 'results.json'}; '!' marks a run that failed or fell short")
 

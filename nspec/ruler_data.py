@@ -41,32 +41,32 @@ class DatasetError(UserError):
     """A RULER QA data set that is missing or not of its data set's shape."""
 
 
-Path = tuple[str | int, ...]
+JsonPath = tuple[str | int, ...]  # keys and indices from the top of a JSON document
 _KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false"}
 
 
 class _Wrong(Exception):
     """The first place where a parsed file is not what RULER reads."""
 
-    def __init__(self, path: Path, message: str) -> None:
+    def __init__(self, path: JsonPath, message: str) -> None:
         self.path, self.message = path, message
 
 
-def _where(path: Path) -> str:
+def _where(path: JsonPath) -> str:
     out = ""
     for step in path:
         out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
     return out or "the top level"
 
 
-def _need(value: Any, kind: type, path: Path, what: str) -> Any:
+def _need(value: Any, kind: type, path: JsonPath, what: str) -> Any:
     if not isinstance(value, kind):
         found = {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), type(value).__name__)
         raise _Wrong(path, f"{what} must be {_KINDS[kind]}, not a {found}")
     return value
 
 
-def _field(obj: dict[str, Any], key: str, kind: type, path: Path, what: str) -> Any:
+def _field(obj: dict[str, Any], key: str, kind: type, path: JsonPath, what: str) -> Any:
     if key not in obj:
         raise _Wrong(path, f"has no {key!r} ({what})")
     return _need(obj[key], kind, (*path, key), what)
@@ -75,14 +75,14 @@ def _field(obj: dict[str, Any], key: str, kind: type, path: Path, what: str) -> 
 def _check_squad(data: Any) -> None:
     _need(data, dict, (), "a SQuAD file")
     for a, article in enumerate(_field(data, "data", list, (), "the articles")):
-        a_path: Path = ("data", a)
+        a_path: JsonPath = ("data", a)
         _need(article, dict, a_path, "an article")
         for p, paragraph in enumerate(_field(article, "paragraphs", list, a_path, "the article's paragraphs")):
-            p_path: Path = (*a_path, "paragraphs", p)
+            p_path: JsonPath = (*a_path, "paragraphs", p)
             _need(paragraph, dict, p_path, "a paragraph")
             _field(paragraph, "context", str, p_path, "the paragraph's text")
             for q, qa in enumerate(_field(paragraph, "qas", list, p_path, "the paragraph's questions")):
-                q_path: Path = (*p_path, "qas", q)
+                q_path: JsonPath = (*p_path, "qas", q)
                 _need(qa, dict, q_path, "a question")
                 _field(qa, "question", str, q_path, "the question")
                 impossible = _field(qa, "is_impossible", bool, q_path, "SQuAD 2.0 marks every question; 1.1 does not")
@@ -101,7 +101,7 @@ def _check_hotpotqa(data: Any) -> None:
         _field(item, "question", str, (i,), "the question")
         _field(item, "answer", str, (i,), "its answer")
         for c, paragraph in enumerate(_field(item, "context", list, (i,), "its paragraphs, [title, sentences] each")):
-            c_path: Path = (i, "context", c)
+            c_path: JsonPath = (i, "context", c)
             if not isinstance(paragraph, list) or len(paragraph) != 2:
                 raise _Wrong(c_path, "a paragraph must be [title, sentences]")
             _need(paragraph[0], str, (*c_path, 0), "a paragraph's title")
@@ -114,7 +114,7 @@ def _skip(text: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _offset(text: str, path: Path) -> int:
+def _offset(text: str, path: JsonPath) -> int:
     """Where the value at ``path`` starts in the JSON ``text``, walking to it with the decoder (only run to report
     an error, so the whole file is not parsed twice otherwise)."""
     pos = _skip(text, 0)
@@ -154,7 +154,8 @@ def read_rows(dataset: str, path: str) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line, column = _line_column(data[: exc.start].decode("utf-8", "replace"), exc.start)
+        before = data[: exc.start].decode("utf-8", "replace")
+        line, column = _line_column(before, len(before))
         raise DatasetError(f"{path}:{line}:{column}: not UTF-8 text ({name} is JSON)") from None
     try:
         rows = json.loads(text)

@@ -81,6 +81,10 @@ def test_wrong_shapes_and_broken_json_are_located(tmp_path):
         read_corpus("hotpotqa", write(tmp_path, "hotpotqa.json", SQUAD))
     with pytest.raises(DatasetError, match=r"squad\.json:2:8: not JSON"):
         read_corpus("squad", write(tmp_path, "squad.json", '{"data":\n [1, 2,,]}'))
+    binary = tmp_path / "squad.json"
+    binary.write_bytes(b'{"data":\n ["\xc3\xa9", "\xff"]}')
+    with pytest.raises(DatasetError, match=r"squad\.json:2:9: not UTF-8"):
+        read_corpus("squad", str(binary))
     answerless = json.loads(json.dumps(SQUAD))
     answerless["data"][0]["paragraphs"][0]["qas"][0]["answers"] = []
     with pytest.raises(DatasetError, match=r"qas\[0\]\.answers: an answerable question needs at least one answer"):
