@@ -245,6 +245,7 @@ class CellMaker:
         self._texts: dict[tuple[str, Any, str], TokenizedText] = {}  # per encoding, trial and haystack
         self._o200k_pieces: dict[str, int] = {}  # see `_o200k_count`
         self._fixed_tokens: dict[tuple[str, ...], tuple[int, bool]] = {}  # a Fixed draft's count, per model
+        self._sizes: dict[tuple[str, str, int, str], int] = {}  # a Sized draft's size, per model, length and draft
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
         # False: cells are counted without building their request lines (a plan), except where a counts file is
@@ -550,7 +551,11 @@ class CellMaker:
                 tried[size] = (built, prompt, *self._prompt_tokens(model, prompt))
             return tried[size]
 
-        size = largest_fitting(lambda n: at(n)[2] + reserve <= target, sized.step, sized.limit)
+        # The last sample's size at this length: most samples fit within a step of it, found in two or three builds.
+        key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, made.identity], sort_keys=True))
+        near = self._sizes.get(key)
+        size = largest_fitting(lambda n: at(n)[2] + reserve <= target, sized.step, sized.limit, near=near)
+        self._sizes[key] = size
         if size == 0:
             cid = cell_id(model, {"model": model.label, **self._identity(slot, made)})
             raise CompileError(

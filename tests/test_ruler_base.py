@@ -21,6 +21,12 @@ def test_the_largest_fitting_size_is_the_one_ruler_s_linear_growth_stops_at(capa
     calls.clear()
     assert largest_fitting(fits, step, limit) == linear
     assert len(calls) <= 2 * max(1, (capacity // step + 1).bit_length()) + 2
+    for near in (0, 1, step, linear, linear + step, 3 * linear + 7, 10**6):  # a hint never changes the answer
+        assert largest_fitting(fits, step, limit, near=near) == linear
+    if linear:  # a right hint costs a call or three
+        calls.clear()
+        largest_fitting(fits, step, limit, near=linear)
+        assert len(calls) <= 3
 
 
 def test_a_step_that_is_not_positive_is_a_bug():

@@ -27,13 +27,15 @@ class Built:
     history: tuple[Turn, ...] = ()
 
 
-def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = None) -> int:
+def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = None, near: int | None = None) -> int:
     """The largest multiple of ``step`` for which ``fits`` holds, not above ``limit`` when one is given; 0 when even
     ``step`` does not fit.
 
     ``fits`` must be monotone (true up to some size, false beyond): a larger size, a longer context. RULER grows its
-    size by ``step`` until the next one overflows; this finds the same size by doubling then bisecting, in O(log n)
-    calls of ``fits`` (each one builds and counts a whole context).
+    size by ``step`` until the next one overflows; this finds the same size by galloping then bisecting, in O(log n)
+    calls of ``fits`` (each one builds and counts a whole context). ``near``, a size the answer is likely close to
+    (the last sample's at the same length), starts the gallop there: two or three calls when it is right, and the
+    same answer whatever it is.
     """
     if step <= 0:
         raise ValueError("step must be positive")
@@ -41,12 +43,22 @@ def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = 
     def ok(units: int) -> bool:
         return (limit is None or units * step <= limit) and fits(units * step)
 
-    if not ok(1):
-        return 0
-    low, high = 1, 2  # ok(low) holds; ok(high) is unknown until tested
-    while ok(high):
-        low, high = high, high * 2
-    while high - low > 1:
+    start = max(1, (near or step) // step)
+    if ok(start):  # gallop up from a size that fits to one that does not
+        low, jump = start, 1
+        while ok(low + jump):
+            low, jump = low + jump, jump * 2
+        high = low + jump
+    else:  # gallop down from a size that does not fit to one that does (or to nothing)
+        high, jump = start, 1
+        while high - jump >= 1 and not ok(high - jump):
+            high, jump = high - jump, jump * 2
+        low = high - jump
+        if low < 1:
+            if high == 1 or not ok(1):
+                return 0
+            low = 1
+    while high - low > 1:  # ok(low) holds, ok(high) does not
         middle = (low + high) // 2
         if ok(middle):
             low = middle
