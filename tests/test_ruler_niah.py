@@ -1,4 +1,4 @@
-"""RULER's eight niah tasks (compiler/tasks/ruler/niah.py) against RULER's own text and rules: its template, answer
+"""RULER's eight niah tasks (src/nspec/compiler/tasks/ruler/niah.py) against RULER's own text and rules: its template, answer
 prefix and task table as recorded from NVIDIA/RULER, expected answers recomputed from each built prompt, needle,
 key, value and query counts, placement, distractors, sizes that only grow, and the essay split as NLTK splits it."""
 
