@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nspec.cli import main
-from nspec.providers import SDK_RETRIES_ENV
+from nspec.compiler.provider_registry import SDK_RETRIES_ENV
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
 

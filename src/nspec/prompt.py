@@ -4,7 +4,7 @@ A conversation is one user turn (a needle's question about its haystack) or seve
 alternating from a user turn to a user turn (MRCR's earlier exchanges). A prefill is the start of the answer for the
 model to continue; a model that cannot continue one gets it at the end of the last user turn instead (`folded`), as
 RULER sends its answer prefix to a chat API. Which models continue one is their provider's to say
-(`Provider.takes_prefill`); `nspec.providers.as_sent` applies it.
+(`Provider.takes_prefill`); `nspec.compiler.provider_registry.as_sent` applies it.
 """
 
 from __future__ import annotations

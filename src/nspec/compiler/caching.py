@@ -32,7 +32,7 @@ from .draws import Draws
 from .prices import price_for
 
 if TYPE_CHECKING:
-    from nspec.providers import Provider
+    from nspec.compiler.provider_registry import Provider
 
     from .haystack import TokenizedText
 

@@ -19,17 +19,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nspec.compiler.provider_registry import Provider, as_sent
+from nspec.compiler.provider_registry import provider as provider_api
 from nspec.errors import CompileError
 from nspec.prompt import Prompt, Turn
-from nspec.providers import Provider, as_sent
-from nspec.providers import provider as provider_api
-from nspec.spec.templates import render
+from nspec.templates import render
 
 from . import grid as grid_axes
 from .caching import CacheCut, CachePlanner, CachePolicy, CellPrefix, build_ladder, cache_policy, control_nonce
 from .context import BuiltContext, Insert, PromptParts, build_context, build_on_span, fixed_tokens
-from .counted import CellPlan, CountedSlot
-from .counts import Counter, CountsFile, Fetch, ModelCounts
+from .count_fitting import CellPlan, CountedSlot
+from .counts_file import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
 from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, is_clean, trial_order
 from .tasks import Draft, Fill, Fixed, Setup, Sized, Slot, Task, registry
@@ -369,7 +369,7 @@ class CellMaker:
 
     @staticmethod
     def _parts(slot: _Slot, question: str) -> PromptParts:
-        """The cell's prompt around its haystack, as its model gets it (`nspec.providers.as_sent`)."""
+        """The cell's prompt around its haystack, as its model gets it (`nspec.compiler.provider_registry.as_sent`)."""
         prompt, model = slot.prompt, slot.model
         values = {"question": question}
         user = render(prompt["user"], {**values, "haystack": _HAYSTACK_MARK})

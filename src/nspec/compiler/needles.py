@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nspec.spec.templates import render
+from nspec.templates import render
 
 from . import lists
 from .draws import Draws

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.provider_registry import BadLine, BatchClient, BatchView, Outcome, credentials, provider
 from nspec.errors import Gone, MalformedResponse, ProviderError, Refused
-from nspec.providers import BadLine, BatchClient, BatchView, Outcome, credentials, provider
 from nspec.runners import claims
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Job, Ledger
-from nspec.runners.rundir import (
+from nspec.runners.run_store import (
     Lost,
     ResultsFile,
     Run,

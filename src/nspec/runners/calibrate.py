@@ -2,7 +2,7 @@
 endpoint and kept beside the spec (`<spec>.counts.json`, versioned with it), so that `compile` fits and counts
 those models' cells exactly without calling anything.
 
-The compiler does the asking: it is run with a `Counter` whose fetch calls the endpoint (`compiler.counts`), so the
+The compiler does the asking: it is run with a `Counter` whose fetch calls the endpoint (`compiler.counts_file`), so the
 counts asked are exactly those a compile then looks up, and a compile with the file finds every one. Counts already
 in the file are reused. Composed counts are checked against whole-cell counts on a few cells per model (the first
 cell of the shortest and of the longest length, the first whose needle follows the last sentence, the first
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.compiler.cells import Cell
-from nspec.compiler.counts import CountsFile, ModelCounts
-from nspec.compiler.run_directory import DEFAULT_MAX_CELLS, prepare
+from nspec.compiler.counts_file import CountsFile, ModelCounts
+from nspec.compiler.provider_registry import TokenCounter, credentials, provider
+from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, prepare
 from nspec.errors import ProviderError, writing
-from nspec.providers import TokenCounter, credentials, provider
-from nspec.runners.events import Event, Listener, ignore
+from nspec.events import Event, Listener, ignore
 from nspec.spec import load_spec
 from nspec.spec.loader import counts_file
 

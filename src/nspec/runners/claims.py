@@ -13,7 +13,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from nspec.rundir import cache_dir
+from nspec.run_layout import cache_dir
 
 
 def _open() -> sqlite3.Connection:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.provider_registry import OPENAI_CHAT, provider
 from nspec.errors import UserError
-from nspec.providers import OPENAI_CHAT, provider
-from nspec.runners.rundir import Run, RunModel, shard_lines
+from nspec.runners.run_store import Run, RunModel, shard_lines
 
 VLLM_ENDPOINTS = ("/v1/chat/completions",)  # what nspec compiles that `vllm run-batch` serves
 # Request fields only OpenAI's service knows: routing and storage hints, not part of the model's input.

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.prices import Usage as TokenUsage
+from nspec.compiler.provider_registry import OPENAI_CHAT, Outcome, names, provider
 from nspec.errors import UserError
 from nspec.inputs import open_regular
-from nspec.providers import OPENAI_CHAT, Outcome, names, provider
 from nspec.runners.providers import DATA_ERRORS, checked
-from nspec.runners.rundir import ResultsFile, Run, record_outcome, shard_lines
+from nspec.runners.run_store import ResultsFile, Run, record_outcome, shard_lines
 
 
 @dataclass

@@ -16,7 +16,7 @@ back, `error_repeats`) is kept until the job's next call succeeds: `status` and 
 
 A request's final state is committed in groups (`GROUP_ROWS` of them, or whatever `GROUP_SECONDS` gathered): its
 result is already in the stage's results file, written first, and a start after a crash records again from that file
-the results the ledger lacks (`runners.rundir.reconcile`). Every other write, and every read of requests, commits the
+the results the ledger lacks (`runners.run_store.reconcile`). Every other write, and every read of requests, commits the
 group first, so the ledger is never behind when the provider is told anything.
 """
 

@@ -1,6 +1,6 @@
 """The pipeline as a library: compile → submit → collect → score → report over a run directory, and `run` for all
 of them. Each call is idempotent and resumable, returns a typed result, and reports progress as events
-(`nspec.runners.events`); nothing here prints or exits, so the CLI and a notebook run the same code, and a spec
+(`nspec.events`); nothing here prints or exits, so the CLI and a notebook run the same code, and a spec
 compiled here gets the run id the CLI gives it (providers and their tokenizers come from the registry, not from
 the CLI's start-up).
 
@@ -22,18 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.run_directory import DEFAULT_MAX_CELLS, compile_run
+from nspec.compiler.provider_registry import Destination, destination
+from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing
-from nspec.provenance import describe
-from nspec.providers import Destination, destination
-from nspec.runners.events import Event, Listener, ignore
+from nspec.events import Event, Listener, ignore
 from nspec.runners.export import Exported, export_vllm
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
-from nspec.runners.rundir import Run, check_results, exclusive
+from nspec.runners.run_store import Run, check_results, exclusive
 from nspec.runners.session import Session, failure_summary, grade, set_scoring, stage_status, stages
 from nspec.spec import load_spec
+from nspec.spec.provenance import describe
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _announce(spec: dict[str, Any], events: Listener) -> None:
 
 @contextmanager
 def _lock(run: str | Path, wait_lock: bool, events: Listener) -> Iterator[None]:
-    """The run's lock (`runners.rundir.exclusive`): held by another process, `RunBusy`, or with ``wait_lock`` a
+    """The run's lock (`runners.run_store.exclusive`): held by another process, `RunBusy`, or with ``wait_lock`` a
     `lock-wait` event and a wait. Storage faults of writes that do not name their file name the run directory."""
     with writing(run), exclusive(Path(run), wait_lock, lambda who: events(Event("lock-wait", detail=f"{run}: {who}"))):
         yield

@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.compiler.prices import price_for
+from nspec.compiler.provider_registry import Outcome, credentials
 from nspec.errors import BudgetSpent, StillFailing, UserError
-from nspec.providers import Outcome, credentials
+from nspec.events import Event, Listener, ignore
 from nspec.records import ResultRecord
 from nspec.runners.batch import BatchRunner
 from nspec.runners.batch import Progress as RunProgress
-from nspec.runners.events import Event, Listener, ignore
 from nspec.runners.failpoints import failpoint
 from nspec.runners.grading.judging import compile_judges
 from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, check_admissible, request_tokens, run_live
-from nspec.runners.rundir import (
+from nspec.runners.run_store import (
     ResultsFile,
     Run,
     RunModel,

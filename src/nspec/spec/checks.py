@@ -18,13 +18,13 @@ from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
+from nspec.compiler.provider_registry import Provider, key_destination_problem, names, provider
 from nspec.compiler.tasks import Family, registry
 from nspec.errors import SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
-from nspec.providers import Provider, key_destination_problem, names, provider
 from nspec.spec.schema import params_issues
-from nspec.spec.templates import TemplateError, placeholders, regex_error
 from nspec.spec.yamlsource import Path, SourceMap, format_path
+from nspec.templates import TemplateError, placeholders, regex_error
 
 PROMPT_FIELDS = ("system", "user", "prefill")
 # What only a family that fills a haystack reads.

@@ -17,12 +17,12 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from nspec.compiler.counts import COUNTS_SUFFIX, CountsFile
+from nspec.compiler.counts_file import COUNTS_SUFFIX, CountsFile
 from nspec.compiler.judge_prompts import judge_prompt
+from nspec.compiler.provider_registry import provider
 from nspec.compiler.tasks import registry
 from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
-from nspec.providers import provider
 from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
 from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.judge_prompts import ANSWER_CLOSE, ANSWER_OPEN, NO_ANSWER
+from nspec.compiler.provider_registry import message_text
 from nspec.errors import UserError
-from nspec.providers import message_text
 from nspec.runners.emulator.config import Responder as ResponderConfig
 
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

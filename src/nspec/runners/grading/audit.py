@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 
 
 def dissent(run: Run) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nspec.errors import UserError
-from nspec.spec.templates import regex_error
+from nspec.templates import regex_error
 
 from . import freetext, ruler
 

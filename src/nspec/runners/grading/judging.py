@@ -8,7 +8,7 @@ read, within its rubric.
 
 A judge's answer budget is the prompt's (a verdict's tokens, or room for the explanation a reference's prompt asks
 for first); a judge that reasons is asked to reason least and given room for that reasoning besides
-(`nspec.compiler.run_directory.judge_budget`), so its reasoning does not use up the budget.
+(`nspec.compiler.run_writer.judge_budget`), so its reasoning does not use up the budget.
 
 A reply that errors, refuses, or holds no readable verdict (both tokens, neither, no score) is not a vote: it is
 asked again, under a new request id, until the run's retry attempts are used up. Votes combine over the judges that
@@ -28,10 +28,10 @@ from typing import Any
 from nspec import jsonl
 from nspec.compiler.cells import Model, models_of
 from nspec.compiler.judge_prompts import DEFAULT_PRESET, PRESETS, Graded, JudgePrompt, judge_prompt, judge_rubric
-from nspec.compiler.run_directory import ShardWriter, effective_mode, judge_budget
+from nspec.compiler.run_writer import ShardWriter, effective_mode, judge_budget
 from nspec.prompt import Prompt
 from nspec.runners.grading.grader import needle_text
-from nspec.runners.rundir import Run, shard_lines
+from nspec.runners.run_store import Run, shard_lines
 
 STAGE = "judge"
 _REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|can't|cannot|unable|won't)\b", re.IGNORECASE)

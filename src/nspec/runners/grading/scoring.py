@@ -16,7 +16,7 @@ from typing import Any
 from nspec import jsonl
 from nspec.runners.grading import judging
 from nspec.runners.grading.grader import GradeInput, decide, scorer_verdicts, share_given
-from nspec.runners.rundir import LineIndex, Run, checked_result
+from nspec.runners.run_store import LineIndex, Run, checked_result
 
 JUDGE_ERROR = "undecided (judge error)"
 

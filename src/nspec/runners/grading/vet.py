@@ -20,15 +20,15 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
+from nspec.compiler.provider_registry import Outcome, credentials
 from nspec.compiler.tasks import registry
 from nspec.errors import ProviderError, UserError
 from nspec.inputs import Confinement
 from nspec.prompt import Prompt
-from nspec.providers import Outcome, credentials
 from nspec.runners.grading.judging import Grading, Vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
-from nspec.spec.templates import render
+from nspec.templates import render
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,17 @@ from typing import Any, TypeVar
 import orjson
 
 from nspec.compiler.caching import CacheCut, CacheStyle
+from nspec.compiler.provider_registry import (
+    SDK_RETRIES_ENV,
+    BadLine,
+    Credentials,
+    Outcome,
+    RateHeaders,
+    Reasoning,
+    TokenCounter,
+    message_text,
+    request_id,
+)
 from nspec.compiler.tokenizers import Tokenizer, tokenizer_from_setting
 from nspec.errors import (
     AuthenticationFailed,
@@ -39,17 +50,6 @@ from nspec.errors import (
     UserError,
 )
 from nspec.prompt import Prompt
-from nspec.providers import (
-    SDK_RETRIES_ENV,
-    BadLine,
-    Credentials,
-    Outcome,
-    RateHeaders,
-    Reasoning,
-    TokenCounter,
-    message_text,
-    request_id,
-)
 from nspec.secrets import redact
 
 # Headers a model entry may not set: they carry the API key, frame the request, or name the API version whose rules

@@ -23,9 +23,7 @@ from typing import Any
 
 from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.prices import Usage
-from nspec.errors import CompileError, NspecError
-from nspec.prompt import Prompt
-from nspec.providers import (
+from nspec.compiler.provider_registry import (
     BadLine,
     BatchView,
     Credentials,
@@ -38,6 +36,8 @@ from nspec.providers import (
     model_name,
     provider_id,
 )
+from nspec.errors import CompileError, NspecError
+from nspec.prompt import Prompt
 from nspec.runners.providers import (
     BaseProvider,
     Clients,

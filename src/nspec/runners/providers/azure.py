@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.provider_registry import Credentials, ShardLimits, model_name
 from nspec.errors import ProviderError
-from nspec.providers import Credentials, ShardLimits, model_name
 from nspec.runners.providers import Clients, sdk, sdk_retries
 from nspec.runners.providers.openai import ENDPOINTS, OpenAI, OpenAIBatches, OpenAILive
 from nspec.runners.providers.pacing import http_client

@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.caching import CacheStyle
-from nspec.errors import NspecError
-from nspec.prompt import Prompt
-from nspec.providers import (
+from nspec.compiler.provider_registry import (
     REASONING_TOKENS,
     BadLine,
     BatchView,
@@ -41,6 +39,8 @@ from nspec.providers import (
     model_name,
     provider_id,
 )
+from nspec.errors import NspecError
+from nspec.prompt import Prompt
 from nspec.runners.providers import (
     BaseProvider,
     NotText,

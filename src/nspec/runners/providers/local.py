@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.provider_registry import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
 from nspec.compiler.tokenizers import Tokenizer
 from nspec.errors import UserError
+from nspec.events import Event, announce
 from nspec.prompt import Prompt
-from nspec.providers import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
-from nspec.rundir import cache_dir
-from nspec.runners.events import Event, announce
+from nspec.run_layout import cache_dir
 from nspec.runners.providers import BaseProvider
 from nspec.runners.providers.openai import COMPATIBLE, parse_result
 

@@ -24,9 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nspec.errors import NspecError
-from nspec.prompt import Prompt
-from nspec.providers import (
+from nspec.compiler.provider_registry import (
     BadLine,
     BatchView,
     Credentials,
@@ -37,6 +35,8 @@ from nspec.providers import (
     model_name,
     provider_id,
 )
+from nspec.errors import NspecError
+from nspec.prompt import Prompt
 from nspec.runners.providers import (
     ChatBodyLines,
     chat_messages,

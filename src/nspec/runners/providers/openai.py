@@ -26,10 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.caching import CacheCut, CacheStyle
-from nspec.compiler.tokenizers import Tokenizer, encoding
-from nspec.errors import NspecError
-from nspec.prompt import Prompt
-from nspec.providers import (
+from nspec.compiler.provider_registry import (
     OPENAI_CHAT,
     REASONING_TOKENS,
     BadLine,
@@ -44,6 +41,9 @@ from nspec.providers import (
     model_name,
     provider_id,
 )
+from nspec.compiler.tokenizers import Tokenizer, encoding
+from nspec.errors import NspecError
+from nspec.prompt import Prompt
 from nspec.runners.providers import (
     BaseProvider,
     Clients,

@@ -22,9 +22,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.provider_registry import (
+    BadLine,
+    BatchView,
+    Credentials,
+    Outcome,
+    ShardLimits,
+    as_sent,
+    model_name,
+    provider_id,
+)
 from nspec.errors import NspecError
 from nspec.prompt import Prompt
-from nspec.providers import BadLine, BatchView, Credentials, Outcome, ShardLimits, as_sent, model_name, provider_id
 from nspec.runners.providers import (
     ChatBodyLines,
     Clients,

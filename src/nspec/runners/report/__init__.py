@@ -12,7 +12,7 @@ from nspec.runners.report.charts import CHARTS, charts
 from nspec.runners.report.data import CellExport, ReportData, collect, write_summary
 from nspec.runners.report.page import render_page
 from nspec.runners.report.stats import effective_length, mcnemar, model_summary, wilson
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 
 __all__ = ["build_report", "charts", "collect", "effective_length", "mcnemar", "model_summary", "wilson"]
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from nspec.compiler.prices import Lane, Price, Usage, price_for
-from nspec.providers import provider
+from nspec.compiler.provider_registry import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
-from nspec.runners.rundir import LineIndex, Run, checked_result, shard_lines
+from nspec.runners.run_store import LineIndex, Run, checked_result, shard_lines
 
 CELL_POINTS = 5000  # per model: more answers than this are not kept as chart points (the heatmap counts all)
 EXCERPT_CHARACTERS = 500  # of context shown before and after a needle in the cell browser

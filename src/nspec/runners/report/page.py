@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from nspec import __version__
-from nspec.rundir import cache_dir
+from nspec.run_layout import cache_dir
 from nspec.runners.grading import ruler
 from nspec.runners.report.charts import PALETTE
 from nspec.runners.report.data import Comparison, ReportData, Tally, run_labels
 from nspec.runners.report.stats import effective_length, model_summary
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 
 EMBED_BYTES = 8 << 20  # browser data up to this size is inlined (file:// works); beyond, it stays in report/cells/
 SHOWN = 100  # cells listed at once in the browser

@@ -22,10 +22,10 @@ from ruamel.yaml.error import YAMLError
 from nspec import jsonl
 from nspec.compiler.prices import Lane, price_for
 from nspec.compiler.prices import Usage as TokenUsage
+from nspec.compiler.provider_registry import Outcome, request_id
 from nspec.errors import RunBusy, UserError, writing
-from nspec.providers import Outcome, request_id
 from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard, Usage
-from nspec.rundir import RunPaths
+from nspec.run_layout import RunPaths
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Ledger
 from nspec.secrets import redact

@@ -4,7 +4,7 @@ those models' cells exactly.
 
 A count is of a whole request as the provider counts it (`Provider.count_request` of a request line), keyed by the
 SHA-256 of that body, so a count can never be applied to any other text. The compiler asks for three kinds (see
-`compiler.counted`): the slot's skeleton (templates and haystack, no question, no needles), small "minis" (the
+`compiler.count_fitting`): the slot's skeleton (templates and haystack, no question, no needles), small "minis" (the
 templates around a few sentences of the haystack, with and without a cell's needles and question), and, to verify,
 whole cells. The file (`<spec>.counts.json`, schemas/counts.v1.json):
 
@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nspec.compiler.provider_registry import Provider
 from nspec.prompt import Prompt
-from nspec.providers import Provider
 
 COUNTS_VERSION = 1
 COUNTS_SUFFIX = ".counts.json"

@@ -1,5 +1,5 @@
 """Fitting the cells of one slot (a model, prompt variant, length and trial) in the provider's own token counts,
-from counts asked of its count-tokens endpoint (`compiler.counts`), with few of them.
+from counts asked of its count-tokens endpoint (`compiler.counts_file`), with few of them.
 
 The cells of a slot share their haystack span, fitted once per kind of cell (most cells cut the haystack's end;
 one with a needle after the last sentence moves its start instead) by probing the count of the slot's *skeleton*
@@ -36,7 +36,7 @@ from .context import (
     fixed_tokens,
     place,
 )
-from .counts import Counter
+from .counts_file import Counter
 from .haystack import TokenizedText
 from .tokenizers import Tokenizer
 

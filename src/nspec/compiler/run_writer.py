@@ -22,10 +22,10 @@ from ruamel.yaml import YAML
 from nspec import __version__, jsonl
 from nspec.errors import CompileError, UserError, writing
 from nspec.inputs import Confinement
-from nspec.rundir import file_in_the_way
+from nspec.run_layout import file_in_the_way
 
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model, models_of
-from .counts import CountsFile, Fetch
+from .counts_file import CountsFile, Fetch
 from .haystack import HaystackSource, load_haystack
 from .judge_prompts import judge_prompt, judge_rubric
 from .prices import LANES, Lane, Usage, price_for, price_table
