@@ -2,16 +2,20 @@
 
 `nspec.grade(answer, expected=[...], question=..., needle=...)` grades one answer exactly as `nspec score` does;
 see its docstring, and docs/scoring.md for the cascade it runs.
+
+This module is the top of the layers (docs/architecture.md): it re-exports the runners' grader, so nothing inside
+the package imports `nspec` itself; they import the module they need (`nspec.version` for the version).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nspec.version import __version__
+
 if TYPE_CHECKING:
     from nspec.runners.grading.grader import Verdict, grade
 
-__version__ = "0.1.0"
 __all__ = ["Verdict", "__version__", "grade"]
 
 

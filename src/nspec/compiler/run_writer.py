@@ -19,10 +19,11 @@ from typing import IO, Any
 
 from ruamel.yaml import YAML
 
-from nspec import __version__, jsonl
+from nspec import jsonl
 from nspec.errors import CompileError, UserError, writing
 from nspec.inputs import Confinement
 from nspec.run_layout import file_in_the_way
+from nspec.version import __version__
 
 from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model, models_of
 from .counts_file import CountsFile, Fetch

@@ -17,13 +17,13 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from nspec import __version__
 from nspec.run_layout import cache_dir
 from nspec.runners.grading import ruler
 from nspec.runners.report.charts import PALETTE
 from nspec.runners.report.data import Comparison, ReportData, Tally, run_labels
 from nspec.runners.report.stats import effective_length, model_summary
 from nspec.runners.run_store import Run
+from nspec.version import __version__
 
 EMBED_BYTES = 8 << 20  # browser data up to this size is inlined (file:// works); beyond, it stays in report/cells/
 SHOWN = 100  # cells listed at once in the browser
