@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nspec.compiler.run_directory import compile_run  # noqa: E402
+from nspec.compiler.run_writer import compile_run  # noqa: E402
 from nspec.runners.calibrate import calibrate  # noqa: E402
 from nspec.runners.emulator import Emulator, EmulatorConfig  # noqa: E402
 from nspec.runners.emulator.generation import anthropic_prompt_tokens  # noqa: E402

@@ -40,7 +40,7 @@ def folder_bytes(folder: Path) -> int:
 
 
 def part_nspec(out: Path) -> dict:
-    from nspec.compiler.run_directory import compile_run
+    from nspec.compiler.run_writer import compile_run
     from nspec.spec import load_spec
 
     loaded = load_spec(str(SPEC))

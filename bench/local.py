@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def measure(slots: int) -> None:
     """In this process: compile the quickstart and answer its requests with ``slots`` parallel slots."""
-    from nspec.compiler.run_directory import compile_run
+    from nspec.compiler.run_writer import compile_run
     from nspec.runners.providers import local
     from nspec.runners.providers.openai import parse_result as parse_openai
     from nspec.spec import load_spec

@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nspec.compiler.cells import models_of, prompt_variants  # noqa: E402
-from nspec.compiler.run_directory import compile_run  # noqa: E402
+from nspec.compiler.run_writer import compile_run  # noqa: E402
 from nspec.spec import load_spec  # noqa: E402
-from nspec.spec.templates import render  # noqa: E402
+from nspec.templates import render  # noqa: E402
 from tests.test_placement import between_items, between_sentences, without_others  # noqa: E402
 
 MARK = "\x00haystack\x00"

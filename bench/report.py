@@ -42,7 +42,7 @@ scoring:
 
 
 def make_run(folder: Path, cells: int) -> Path:
-    from nspec.compiler.run_directory import compile_run
+    from nspec.compiler.run_writer import compile_run
     from nspec.spec import load_spec
 
     trials = max(1, round(cells / (2 * 6 * 12)))
@@ -103,7 +103,7 @@ def make_run(folder: Path, cells: int) -> Path:
 def build(run: Path) -> None:
     """In this process: build the report and print its figures as JSON."""
     from nspec.runners.report import build_report
-    from nspec.runners.rundir import Run
+    from nspec.runners.run_store import Run
 
     start = time.perf_counter()
     page = build_report([Run(run)])

@@ -243,8 +243,8 @@ def nspec_one(task: str, length: int, samples: int, work: Path) -> None:
     """nspec's side of one task and length, in this process: fit and build every sample, write what was built."""
     from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
     from nspec.compiler.tasks.ruler.base import largest_fitting
+    from nspec.compiler.tasks.ruler.datasets import read_corpus
     from nspec.compiler.tokenizers import encoding
-    from nspec.ruler_data import read_corpus
 
     count = encoding(ENCODING).count
     json_dir = work / "RULER" / "scripts" / "data" / "synthetic" / "json"

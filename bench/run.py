@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
 from nspec.runners.session import Session

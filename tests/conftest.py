@@ -13,7 +13,7 @@ import pytest
 
 from nspec import corpora
 from nspec.cli import main
-from nspec.providers import SDK_RETRIES_ENV
+from nspec.compiler.provider_registry import SDK_RETRIES_ENV
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
 

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 
 from nspec import jsonl
-from nspec.rundir import STAGES, RunPaths
+from nspec.run_layout import STAGES, RunPaths
 
 
 def schema(name: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 import json
 
 from nspec.runners.grading.audit import answers_by_question, dissent, variance
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 from tests.test_compile import SMALL, compile_spec, read_jsonl
 
 

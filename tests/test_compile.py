@@ -13,7 +13,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 from pydantic import TypeAdapter
 
 from nspec.compiler.context import TEXT_TOLERANCE
-from nspec.compiler.run_directory import compile_run, plan
+from nspec.compiler.run_writer import compile_run, plan
 from nspec.errors import CompileError, SpecError
 from nspec.spec import load_spec
 from tests.conftest import SPECS, shipped_specs

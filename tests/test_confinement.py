@@ -9,8 +9,8 @@ import os
 
 import pytest
 
+from nspec.compiler.provider_registry import credentials
 from nspec.errors import UserError
-from nspec.providers import credentials
 from tests.conftest import BASE
 
 

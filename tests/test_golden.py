@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.spec import load_spec
 from tests.contract import assert_run_valid
 

@@ -11,7 +11,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.runners.emulator.config import RateLimits
 from nspec.runners.providers import google
 from nspec.spec import load_spec

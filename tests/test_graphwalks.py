@@ -15,7 +15,7 @@ from nspec.runners.emulator.responders import make_responder
 from nspec.runners.grading.grader import grade
 from nspec.runners.report.data import collect
 from nspec.runners.report.page import score_tables
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 
 SPEC = """\
 nspec: 1

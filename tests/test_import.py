@@ -4,7 +4,7 @@ errors inline; `nspec collect RUN --from FILE` makes it the run's results."""
 import json
 import os
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.spec import load_spec
 
 SPEC = """\

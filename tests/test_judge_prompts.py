@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nspec.compiler.judge_prompts import NO_ANSWER, PRESETS, Graded
-from nspec.compiler.run_directory import plan
+from nspec.compiler.run_writer import plan
 from nspec.runners import pipeline
 from nspec.runners.grading.judging import Grading, parse_vote
 from nspec.spec import load_spec

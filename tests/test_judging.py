@@ -267,7 +267,7 @@ def test_without_a_quorum_a_cell_has_no_verdict(emulator, tmp_path, cli):
 
 
 def test_failed_judge_requests_are_not_votes(emulator, tmp_path, cli):
-    from nspec.runners.rundir import Run
+    from nspec.runners.run_store import Run
     from nspec.runners.session import grade, set_scoring
     from nspec.spec import load_spec
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.compiler.tokenizers import encoding
 from nspec.spec import load_spec
 from tests.conftest import SPECS

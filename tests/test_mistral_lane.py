@@ -12,7 +12,7 @@ import pytest
 from mistralai.client import Mistral
 from mistralai.client import errors as mistral_errors
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.runners.emulator.config import RateLimits
 from nspec.spec import load_spec
 from tests.conftest import BASE

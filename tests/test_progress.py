@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nspec.cli import _Progress, _ProgressLines
-from nspec.runners.events import Event, announce
+from nspec.events import Event, announce
 
 
 class Clock:
@@ -55,7 +55,7 @@ def test_a_model_loading_is_said_to_the_installed_listener(capsys):
 
 
 def test_the_local_engine_says_when_it_loads_a_model(monkeypatch, tmp_path):
-    from nspec.runners.events import listening
+    from nspec.events import listening
     from nspec.runners.providers import local
 
     model = tmp_path / "tiny.gguf"

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from nspec.compiler.provider_registry import Credentials, provider
 from nspec.prompt import Prompt, Turn
-from nspec.providers import Credentials, provider
 from nspec.runners.emulator.config import Responder
 from nspec.runners.emulator.responders import Echo
 

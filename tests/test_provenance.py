@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from nspec.compiler.run_directory import compile_run, plan
+from nspec.compiler.run_writer import compile_run, plan
 from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.spec import load_spec
 from tests.conftest import BASE

@@ -97,7 +97,7 @@ def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
 
 
 def test_a_line_index_finds_records_by_cell_id_through_hash_collisions_and_torn_lines(tmp_path):
-    from nspec.runners.rundir import LineIndex
+    from nspec.runners.run_store import LineIndex
 
     # "plumless" and "buckeroo" share a CRC-32: the index must tell them apart by reading the lines.
     path = tmp_path / "results.jsonl"

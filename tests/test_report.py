@@ -6,7 +6,7 @@ import os
 import pytest
 
 from nspec.runners.report import build_report, collect, effective_length, model_summary, wilson
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 from tests.test_audit import scored_run
 
 
@@ -70,7 +70,7 @@ def test_location_chart_for_stacks(tmp_path, monkeypatch):
     """A needlestack run gets NIAN's pass rate by location, one line per repeat count."""
     import json
 
-    from nspec.compiler.run_directory import compile_run
+    from nspec.compiler.run_writer import compile_run
     from nspec.runners.report import charts
     from nspec.spec import load_spec
     from tests.conftest import ROOT

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nspec.runners.report import build_report
-from nspec.runners.rundir import Run
+from nspec.runners.run_store import Run
 from tests.test_audit import scored_run
 
 CHROMIUM = shutil.which("chromium")

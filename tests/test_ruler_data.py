@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nspec.ruler_data import DatasetError, read_corpus
+from nspec.compiler.tasks.ruler.datasets import DatasetError, read_corpus
 
 SQUAD = {
     "version": "v2.0",

@@ -1,5 +1,5 @@
-"""RULER's eight niah tasks (compiler/tasks/ruler/niah.py) against RULER's own text and rules: its template, answer
-prefix and task table as recorded from NVIDIA/RULER, expected answers recomputed from each built prompt, needle,
+"""RULER's eight niah tasks (src/nspec/compiler/tasks/ruler/niah.py) against RULER's own text and rules: its template,
+answer prefix and task table as recorded from NVIDIA/RULER, expected answers recomputed from each built prompt, needle,
 key, value and query counts, placement, distractors, sizes that only grow, and the essay split as NLTK splits it."""
 
 from __future__ import annotations

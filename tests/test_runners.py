@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.errors import UserError
 from nspec.runners import pipeline
 from nspec.runners.emulator.config import Faults, RateLimits, Timing

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nspec.compiler.haystack import TokenizedText, load_haystack, stack_item_problem
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.spec import load_spec
 

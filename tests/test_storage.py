@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.spec import load_spec
 from tests.test_runners import SPEC, assert_complete
 

@@ -13,7 +13,7 @@ import anthropic
 import openai
 import pytest
 
-from nspec.compiler.run_directory import compile_run
+from nspec.compiler.run_writer import compile_run
 from nspec.prompt import Prompt
 from nspec.runners.emulator.config import Responder
 from nspec.runners.emulator.generation import (
@@ -293,7 +293,7 @@ def test_the_anthropic_version_header_is_nspecs(cli, spec_file):
 
 
 def test_nspec_sends_the_anthropic_version_its_rules_follow(make_emulator):  # noqa: F811
-    from nspec.providers import Credentials
+    from nspec.compiler.provider_registry import Credentials
 
     emu = make_emulator()
     creds = Credentials("k", emu.anthropic_base_url, headers={"x-gateway": "g"})
@@ -448,7 +448,7 @@ def test_an_emulated_reasoning_model_spends_its_reasoning_first():
 def judge(entry: dict):
     from nspec.compiler.cells import models_of
     from nspec.compiler.judge_prompts import JUDGE_ANSWER_TOKENS
-    from nspec.compiler.run_directory import judge_budget
+    from nspec.compiler.run_writer import judge_budget
 
     (model,) = models_of({"models": [entry]})
     return judge_budget(model, JUDGE_ANSWER_TOKENS)
@@ -578,7 +578,7 @@ def test_params_of_an_entry_the_schema_refuses_are_not_checked_into_a_crash(cli,
 
 def test_a_default_a_model_takes_only_at_other_values_is_left_out_and_said():
     from nspec.compiler.cells import models_of
-    from nspec.compiler.run_directory import left_out_notes
+    from nspec.compiler.run_writer import left_out_notes
 
     spec = {
         "models": [

