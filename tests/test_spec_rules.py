@@ -249,7 +249,7 @@ def test_scorer_takes_one_kind(spec_file):
     text = BASE + "scoring:\n  - {contains: '{answer}', exact: '{answer}'}\n"
     assert issues(spec_file, text) == [
         "spec.yaml:13:5: scoring[0]: has 2 keys (contains, exact) but takes exactly one of: all_of, auto, contains, "
-        "exact, judge, number, rails, regex, string_match_all, string_match_part"
+        "exact, judge, number, rails, regex, ruler, sequence_ratio, set_f1, string_match_all, string_match_part"
     ]
 
 
