@@ -55,10 +55,12 @@ def table(rows: list, markdown: bool) -> list[str]:
         for (k, rule), c in sorted(by_rule.items()):
             if k != kind:
                 continue
-            cells = [kind, rule, str(c["decided"]), f"{c['decided'] / totals[kind]:.1%}",
-                     f"{c['agree'] / c['decided']:.1%}", str(c["decided"] - c["agree"])]  # fmt: skip
-            lines.append("| " + " | ".join(cells) + " |" if markdown else
-                         f"{cells[0]:9} {cells[1]:34} {cells[2]:>8} {cells[3]:>7} {cells[4]:>10} {cells[5]:>6}")  # fmt: skip
+            share, precision = c["decided"] / totals[kind], c["agree"] / c["decided"]
+            cells = [kind, rule, str(c["decided"]), f"{share:.1%}", f"{precision:.1%}", str(c["decided"] - c["agree"])]
+            if markdown:
+                lines.append("| " + " | ".join(cells) + " |")
+            else:
+                lines.append(f"{kind:9} {rule:34} {cells[2]:>8} {cells[3]:>7} {cells[4]:>10} {cells[5]:>6}")
     return lines
 
 
@@ -86,7 +88,8 @@ def main() -> None:
     models = Counter(r["model"] for r, _ in rows)
     labels = Counter(r["label"] for r, _ in rows)
     print(f"{len(rows)} labelled answers: " + ", ".join(f"{m} {n}" for m, n in sorted(models.items())))
-    print(f"labels: {labels['pass']} pass, {labels['fail']} fail; negative controls {sum(r['negative'] for r, _ in rows)}")
+    negatives = sum(r["negative"] for r, _ in rows)
+    print(f"labels: {labels['pass']} pass, {labels['fail']} fail; {negatives} negative controls")
     print("\n".join(table(rows, args.markdown)))
     print("\n".join(summary(rows)))
     if args.wrong:

@@ -366,7 +366,7 @@ def _one_alternative(
     if len(values) == 1:
         polar = _polarity(values[0])
         if polar is not None:
-            return _polar(reading, polar)
+            return _polar(reading, polar, asked)
         if _UUID.fullmatch(values[0].strip()):
             return _uuid(answer, values[0].strip())
     shares = [_given(reading, v, asked) for v in values]
@@ -514,8 +514,8 @@ def _polarity(value: str) -> str | None:
     return None
 
 
-def _polar(reading: freetext.Reading, polar: str) -> Verdict:
-    stance = reading.stance()
+def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
+    stance = reading.stance() or _restated(reading, asked)
     if stance is None:
         return _undecided("polar", "does not open with yes or no")
     if any(c.not_there for c in reading.clauses):  # "No, the text does not say": a "not found", not an answer
@@ -525,6 +525,21 @@ def _polar(reading: freetext.Reading, polar: str) -> Verdict:
     if any(c.hedged for c in reading.clauses):
         return _undecided("polar", "hedges")
     return _pass("polar", f"answers {polar}")
+
+
+def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
+    """The stance of an answer that opens by restating the whole question as a statement: "Mr. Thistle does not
+    follow our rules." is a no, "She complained when the door squeezed her flat." a yes."""
+    if not asked or not reading.sentences:
+        return None
+    clauses: list[freetext.Clause] = []
+    for sentence in reading.sentences:  # the first sentence, with what follows an abbreviation ("Mr. Thistle")
+        clauses += sentence.clauses
+        if len(sentence.text.split()) > 2:
+            break
+    if not asked <= {s for c in clauses for s in c.stems}:
+        return None
+    return "no" if any(c.negated for c in clauses) else "yes"
 
 
 SCORERS: dict[str, Callable[[str, Accepted, Any, str | None, str | None], Verdict]] = {

@@ -1,13 +1,13 @@
 """Generate the real model answers of the grading set: run the question sets below with `nspec run` on local models
-and write every answer, with its provenance, to answers.jsonl (labels are added by hand afterwards; see README.md).
+(labels are added by hand afterwards; see README.md).
 
     python tests/data/grading/generate.py --out DIR --nian NIAN/full_questions.json \
         --model gemma-3-270m --model qwen2.5-coder-0.5b-instruct=PATH.gguf [--sets magic,nian] [--scale 0.5]
 
 `--model NAME` is the embedded model; `NAME=PATH` any GGUF file (the path stays out of what is written: answers
 name the model). NIAN's ten question limericks come from its published full_questions.json (`--nian`); the other
-limericks are Edward Lear's (public domain) and nspec's own, in specs/lear.txt. Runs go to DIR/runs; answers are
-appended to DIR/answers.jsonl. A set is skipped for a model whose answers are already there.
+limericks are Edward Lear's (public domain) and nspec's own, in specs/lear.txt. Runs go to DIR/runs (a set already
+run for a model and seed is skipped); `collect.py DIR/runs` gathers their answers into answers.jsonl.
 """
 
 from __future__ import annotations
@@ -58,7 +58,9 @@ def nian_questions(nian: Path) -> list[dict[str, Any]]:
 
 def harbour_questions(seed: int = 5, per_kind: int = 5) -> list[dict[str, Any]]:
     """Questions about single harbour-log entries: a count, a captain, a port, a day (one entry per ship and cargo)."""
-    entry = re.compile(r"Day (\d+): the (.+?) came in from (.+?) (?:at|in|under) .*captain (.+?), and landed (\d+) crates of (.+)\.$")
+    entry = re.compile(
+        r"Day (\d+): the (.+?) came in from (.+?) (?:at|in|under) .*captain (.+?), and landed (\d+) crates of (.+)\.$"
+    )
     rows = [json.loads(line) for line in HARBOUR.read_text(encoding="utf-8").splitlines()]
     parsed = [(r["id"], *entry.match(r["text"]).groups()) for r in rows]  # type: ignore[union-attr]
     pairs: dict[tuple[str, str], int] = {}
@@ -132,7 +134,11 @@ def question_sets(build: Path, nian: Path) -> dict[str, dict[str, Any]]:
         "sandwich": {"haystack": {"corpus": "austen", "vary": "offset"}, "needles": [sandwich], "kind": "fact"},
         "harbour": {
             "haystack": {
-                "stack": {"items": "harbour-log.jsonl", "questions": "harbour-questions.jsonl", "questions_per_trial": 4},
+                "stack": {
+                    "items": "harbour-log.jsonl",
+                    "questions": "harbour-questions.jsonl",
+                    "questions_per_trial": 4,
+                },
                 "separator": "\n",
                 "vary": "shuffle",
             },
@@ -146,9 +152,24 @@ def question_sets(build: Path, nian: Path) -> dict[str, dict[str, Any]]:
 # Per model: context lengths, depths, trials per kind of question set (one negative control per length and trial),
 # sampling. Small on purpose: the answers were made on two shared CPU cores.
 PLANS: dict[str, dict[str, Any]] = {
-    "gemma-3-270m": {"lengths": [800], "depths": [10, 90], "trials": {"fact": 1, "stack": 1, "limerick": 1}, "temperature": 0},
-    "qwen2.5-coder-0.5b-instruct": {"lengths": [400], "depths": [50], "trials": {"fact": 1, "stack": 2, "limerick": 2}, "temperature": 0.5},
-    "qwen2.5-coder-1.5b-instruct": {"lengths": [400], "depths": [50], "trials": {"fact": 1, "stack": 1, "limerick": 1}, "temperature": 0.5},
+    "gemma-3-270m": {
+        "lengths": [800],
+        "depths": [10, 90],
+        "trials": {"fact": 1, "stack": 1, "limerick": 1},
+        "temperature": 0,
+    },
+    "qwen2.5-coder-0.5b-instruct": {
+        "lengths": [400],
+        "depths": [50],
+        "trials": {"fact": 1, "stack": 2, "limerick": 2},
+        "temperature": 0.5,
+    },
+    "qwen2.5-coder-1.5b-instruct": {
+        "lengths": [400],
+        "depths": [50],
+        "trials": {"fact": 1, "stack": 1, "limerick": 1},
+        "temperature": 0.5,
+    },
 }
 
 
@@ -203,21 +224,6 @@ def write_spec(build: Path, set_name: str, body: dict[str, Any], name: str, path
     return out
 
 
-def answers_of(run: Path, set_name: str, kind: str, name: str) -> list[dict[str, Any]]:
-    """One record per answered cell, with what grading needs and where it came from."""
-    cells = {c["id"]: c for c in map(json.loads, (run / "cells.jsonl").read_text().splitlines())}
-    rows = []
-    for line in (run / "answers" / "results.jsonl").read_text().splitlines():
-        result = json.loads(line)
-        cell = cells[result["custom_id"].split("~")[0]] if result["custom_id"] not in cells else cells[result["custom_id"]]
-        body = (result.get("response") or {}).get("body") or {}
-        choices = body.get("choices") or []
-        if not choices:
-            continue
-        rows.append({"set": set_name, "kind": kind, "model": name, "cell": cell, "answer": choices[0]["message"]["content"]})
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path)
@@ -232,12 +238,16 @@ def main() -> None:
     for model in args.model:
         name, _, path = model.partition("=")
         for set_name in args.sets.split(","):
-            spec = write_spec(build, set_name, sets[set_name], name, str(Path(path).resolve()) if path else None, args.seed)
+            spec = write_spec(
+                build, set_name, sets[set_name], name, str(Path(path).resolve()) if path else None, args.seed
+            )
             runs = args.out / "runs"
             if (runs / spec.stem / "done").exists():
                 continue
             print(f"== {spec.stem}", flush=True)
-            code = subprocess.call([sys.executable, "-m", "nspec", "run", str(spec), "--wait", "-o", str(runs / spec.stem)])
+            code = subprocess.call(
+                [sys.executable, "-m", "nspec", "run", str(spec), "--wait", "-o", str(runs / spec.stem)]
+            )
             print(f"== {spec.stem}: exit {code}", flush=True)
             (runs / spec.stem / "done").write_text(str(code))
 
