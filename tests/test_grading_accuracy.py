@@ -19,8 +19,14 @@ WRITTEN = HERE / "grading" / "labelled.yaml"
 
 
 @cache
-def real() -> dict[str, dict]:
-    return {r["id"]: r for r in map(json.loads, REAL.read_text(encoding="utf-8").splitlines())}
+def records() -> list[dict]:
+    return [json.loads(line) for line in REAL.read_text(encoding="utf-8").splitlines()]
+
+
+def real(key: str) -> dict:
+    """The record of a question set and cell id."""
+    (record,) = [r for r in records() if f"{r['set']}/{r['cell']}" == key]
+    return record
 
 
 def graded(record):
@@ -35,7 +41,7 @@ def graded(record):
 def test_every_rule_is_precise_on_real_answers_and_the_cascade_decides_enough():
     rules: dict[str, Counter] = defaultdict(Counter)
     kinds: dict[str, Counter] = defaultdict(Counter)
-    for record in real().values():
+    for record in records():
         verdict = graded(record)
         kinds[record["kind"]]["answers"] += 1
         if verdict.verdict == "undecided":
@@ -47,26 +53,46 @@ def test_every_rule_is_precise_on_real_answers_and_the_cascade_decides_enough():
         assert c["right"] >= 0.99 * c["decided"], (rule, c)
     fact, limerick = kinds["fact"], kinds["limerick"]
     assert fact["decided"] >= 0.85 * fact["answers"] and fact["right"] >= 0.995 * fact["decided"], fact
-    assert limerick["decided"] >= 0.60 * limerick["answers"] and limerick["right"] >= 0.99 * limerick["decided"], limerick
+    assert limerick["decided"] >= 0.60 * limerick["answers"], limerick
+    assert limerick["right"] >= 0.99 * limerick["decided"], limerick
 
 
 def test_the_real_set_is_labelled_and_both_labels_and_models_occur():
-    records = list(real().values())
-    assert len(records) >= 150 and all(r["label"] in ("pass", "fail") for r in records)
-    assert {r["label"] for r in records} == {"pass", "fail"} and {r["kind"] for r in records} == {"fact", "limerick"}
-    assert len({r["model"] for r in records}) >= 2 and any(r["negative"] for r in records)
+    rows = records()
+    assert len(rows) >= 150 and all(r["label"] in ("pass", "fail") for r in rows)
+    assert {r["label"] for r in rows} == {"pass", "fail"} and {r["kind"] for r in rows} == {"fact", "limerick"}
+    assert len({r["model"] for r in rows}) >= 2 and any(r["negative"] for r in rows)
 
 
-# Each rule at its boundary, on answers of the set: (record id, verdict, rule).
-BOUNDARIES = []
+# Each rule at its boundary, on answers of the set: (question set/cell id, verdict, rule), the answer in the comment.
+BOUNDARIES = [
+    # a paraphrase, and a name the needle gives where the expected answer misspells it, stay for the judges
+    ("limerick/gemma-3-270m-d9e9db9c09c95a02", "undecided", "partial"),  # 'A large quantity of figs.'
+    ("nian/gemma-3-270m-6e3455ec0b9aebeb", "undecided", "no-key-words"),  # "The janitor's helper named Juan."
+    ("limerick/gemma-3-270m-7cb9ef5929ba1059", "pass", "key-words"),  # 'He rode on a cream-coloured ass.'
+    ("harbour/gemma-3-270m-f7f808dcacc23e93", "undecided", "key-words"),  # '17:00' for Day 17
+    # conflicting values of the expected kind fail
+    ("harbour/gemma-3-270m-e056840b28af7bec", "fail", "conflicting-value"),  # '100 crates of linen.'
+    ("harbour/gemma-3-270m-c328cb062093cbb1", "fail", "conflicting-value"),  # 'Felix Dunn'
+    ("uuid/gemma-3-270m-1c005555ba2a880f", "fail", "conflicting-value"),  # '4893f8f8-f0d1-45b1-9b21'
+    # yes/no: the opening stance, or the question restated
+    ("limerick/gemma-3-270m-6bb25e8b94dbee1b", "pass", "polar"),  # 'Yes, it does.'
+    ("limerick/gemma-3-270m-6c748a4c000befc6", "fail", "polar"),  # 'Yes, she complained.'
+    ("nian/qwen2-5-coder-0-5b-instruct-limerick-e349224a77b95fae", "pass", "polar"),  # 'Mr. Thistle does not follow…'
+    ("limerick/qwen2-5-coder-0-5b-instruct-limerick-bbbb9631515cb982", "fail", "polar"),  # restates: complained
+    # negative controls
+    ("magic/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.invents-value"),  # '10000000000000000000000'
+    ("limerick/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.answers"),  # 'No, he never had more than a penny.'
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("key, verdict, rule", BOUNDARIES)
 def test_rule_boundaries_on_real_answers(key, verdict, rule):
-    v = graded(real()[key])
-    assert (v.verdict, v.rule) == (verdict, rule), (real()[key]["answer"], v.reason)
+    record = real(key)
+    v = graded(record)
+    assert (v.verdict, v.rule) == (verdict, rule), (record["answer"], v.reason)
     if verdict != "undecided":
-        assert verdict == real()[key]["label"]
+        assert verdict == record["label"]
 
 
 def test_written_answers_are_not_decided_against_their_labels():

@@ -445,6 +445,7 @@ def _numbers_verdict(
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+_UUID_PART = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{0,4}", re.IGNORECASE)
 
 
 def _uuid(answer: str, value: str) -> Verdict:
@@ -456,6 +457,8 @@ def _uuid(answer: str, value: str) -> Verdict:
         return _pass("uuid", "gives the expected uuid")
     if given:
         return _fail("conflicting-value", "gives another uuid")
+    if _UUID_PART.search(answer):  # "45cf9b83-7471-407f-a3a4-": cut off by the token limit, or garbled
+        return _fail("conflicting-value", "gives an incomplete uuid")
     return _undecided("no-key-words", "gives no uuid")
 
 
@@ -528,8 +531,8 @@ def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
 
 
 def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
-    """The stance of an answer that opens by restating the whole question as a statement: "Mr. Thistle does not
-    follow our rules." is a no, "She complained when the door squeezed her flat." a yes."""
+    """The stance of an answer that opens by restating the question as a statement, adding at most two words: "Mr.
+    Thistle does not follow our rules." is a no, "She complained when the door squeezed her flat." a yes."""
     if not asked or not reading.sentences:
         return None
     clauses: list[freetext.Clause] = []
@@ -537,7 +540,8 @@ def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
         clauses += sentence.clauses
         if len(sentence.text.split()) > 2:
             break
-    if not asked <= {s for c in clauses for s in c.stems}:
+    stems = {s for c in clauses for s in c.stems}
+    if not asked <= stems or len(stems - asked) > 2:  # a restatement, not "…, because she'd never leave Portugal"
         return None
     return "no" if any(c.negated for c in clauses) else "yes"
 
