@@ -66,14 +66,20 @@ def test_the_real_set_is_labelled_and_both_labels_and_models_occur():
 
 # Each rule at its boundary, on answers of the set: (question set/cell id, verdict, rule), the answer in the comment.
 BOUNDARIES = [
-    # a paraphrase, and a name the needle gives where the expected answer misspells it, stay for the judges
+    # a paraphrase stays for the judges; the key words pass, spelt as the needle spells them (NIAN expects "Jaun")
     ("limerick/gemma-3-270m-d9e9db9c09c95a02", "undecided", "partial"),  # 'A large quantity of figs.'
-    ("nian/gemma-3-270m-6e3455ec0b9aebeb", "undecided", "no-key-words"),  # "The janitor's helper named Juan."
     ("limerick/gemma-3-270m-7cb9ef5929ba1059", "pass", "key-words"),  # 'He rode on a cream-coloured ass.'
+    ("nian/gemma-3-270m-6e3455ec0b9aebeb", "pass", "key-words"),  # "The janitor's helper named Juan."
+    ("harbour/qwen2-5-coder-0-5b-instruct-free-249f5f6ad51f7eca", "undecided", "no-key-words"),  # names no captain
+    # doubt holds a pass back: other numbers; a hedge, unless the needle says it too ("nine, more or less")
     ("harbour/gemma-3-270m-f7f808dcacc23e93", "undecided", "key-words"),  # '17:00' for Day 17
+    ("limerick/qwen2-5-coder-1-5b-instruct-limerick-6ea65280b1ebde2a", "pass", "key-words"),  # 'nine, more or less'
+    # a value that is no uuid; the expected uuid
+    ("uuid/qwen2-5-coder-0-5b-instruct-free-6aa4c51869ffed8f", "pass", "uuid"),
     # conflicting values of the expected kind fail
     ("harbour/gemma-3-270m-e056840b28af7bec", "fail", "conflicting-value"),  # '100 crates of linen.'
     ("harbour/gemma-3-270m-c328cb062093cbb1", "fail", "conflicting-value"),  # 'Felix Dunn'
+    ("harbour/qwen2-5-coder-0-5b-instruct-free-805b1b1172fcde2b", "fail", "conflicting-value"),  # '…was Felix Dunn.'
     ("uuid/gemma-3-270m-1c005555ba2a880f", "fail", "conflicting-value"),  # '4893f8f8-f0d1-45b1-9b21'
     # yes/no: the opening stance, or the question restated
     ("limerick/gemma-3-270m-6bb25e8b94dbee1b", "pass", "polar"),  # 'Yes, it does.'
@@ -82,6 +88,7 @@ BOUNDARIES = [
     ("limerick/qwen2-5-coder-0-5b-instruct-limerick-bbbb9631515cb982", "fail", "polar"),  # restates: complained
     # negative controls
     ("magic/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.invents-value"),  # '10000000000000000000000'
+    ("uuid/qwen2-5-coder-0-5b-instruct-terse-ca624ed767cc2687", "pass", "negative.not-found"),  # 'UNANSWERABLE'
     ("limerick/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.answers"),  # 'No, he never had more than a penny.'
 ]  # fmt: skip
 

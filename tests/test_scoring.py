@@ -207,6 +207,11 @@ def test_yes_no_polarity_not_substrings():
     assert auto("Mr. Thistle is remembered for achieving no fame.", ["No"], q, THISTLE).verdict == "undecided"
 
 
+def test_the_one_answering_says_not_found_with_verbs_of_finding():
+    assert auto("I do not see a limerick about a bard from Peru.").rule == "not-found"
+    assert auto("I don't give a damn.").verdict == "undecided"  # a limerick's line, not a "not found"
+
+
 def test_other_words_are_no_evidence_but_not_found_is():
     # an answer in words the needle does not have may be a paraphrase: the judges decide
     v = auto("He sailed to Lima to forget his sorrow.")

@@ -10,6 +10,7 @@ does not hold the answer (a negative control): the right reply says so and inven
 
 from __future__ import annotations
 
+import difflib
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
@@ -348,6 +349,7 @@ def _one_alternative(
     needle: str | None,
 ) -> Verdict:
     """The cascade against one accepted answer (one or several values, all needed)."""
+    values = tuple(_spelled_as_in_needle(v, needle) for v in values)
     denies = any(freetext.says_not_there(v) for v in values)
     if not denies:
         if reading.refuses and not any(_given(reading, v, asked) == 1.0 for v in values):
@@ -385,6 +387,27 @@ def _one_alternative(
             return _fail("conflicting-value", f"names {', '.join(names[:3])}, not {' / '.join(values)}")
         return _undecided("no-key-words", "gives none of the expected answer's key words")
     return _undecided("partial", f"gives {share:.0%} of the expected answer's key words")
+
+
+_TOKEN = re.compile(r"[A-Za-z][\w'-]*")
+
+
+def _spelled_as_in_needle(value: str, needle: str | None) -> str:
+    """An expected answer with its misspelt words spelt as the needle spells them: NIAN expects "Jaun" where its
+    limerick names "Juan". A word the needle lacks becomes the needle word closest to it (same first letter, at least
+    3 letters in 4 alike), if there is one."""
+    if needle is None:
+        return value
+    spelt = {w.casefold(): w for w in _TOKEN.findall(needle)}
+
+    def respell(match: re.Match[str]) -> str:
+        word = match.group()
+        if len(word) < 3 or word.casefold() in spelt or not freetext.content(word):
+            return word
+        close = difflib.get_close_matches(word.casefold(), list(spelt), n=1, cutoff=0.75)
+        return spelt[close[0]] if close and close[0][0] == word[0].casefold() else word
+
+    return _TOKEN.sub(respell, value)
 
 
 def _key(value: str, asked: set[str]) -> list[str]:
