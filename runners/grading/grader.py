@@ -494,11 +494,11 @@ def _other_names(answer: str, values: tuple[str, ...], question: str | None, nee
     needle (a name the needle gives may be the one meant: NIAN expects "Jaun" where its limerick says "Juan"), and
     are not common words."""
     for value in values:
-        words = [w for w in re.findall(r"[A-Za-z][\w'-]*", value) if freetext.content(w)]
+        words = [w for w in _TOKEN.findall(value) if freetext.content(w)]
         if not words or not all(w[0].isupper() for w in words):
             return []
     said = " ".join((question or "", needle or "", *values))
-    known = {w.casefold() for w in re.findall(r"[A-Za-z][\w'-]*", said)}
+    known = {w.casefold() for w in _TOKEN.findall(said)}
     light = freetext.common_stems()
     names = []
     for match in _NAME.finditer(freetext.clean(answer)):
