@@ -2,7 +2,7 @@
 (labels are added by hand afterwards; see README.md).
 
     python tests/data/grading/generate.py --out DIR --nian NIAN/full_questions.json \
-        --model gemma-3-270m --model qwen2.5-coder-0.5b-instruct=PATH.gguf [--sets magic,nian] [--scale 0.5]
+        --model gemma-3-270m --model qwen2.5-coder-0.5b-instruct=PATH.gguf [--sets magic,nian] [--seed 30]
 
 `--model NAME` is the embedded model; `NAME=PATH` any GGUF file (the path stays out of what is written: answers
 name the model). NIAN's ten question limericks come from its published full_questions.json (`--nian`); the other
