@@ -1,87 +1,103 @@
-"""How much grading needs no judge: run example specs end to end against the emulator's oracle (degraded so that
-some answers are wrong) and count the cells the deterministic scorers decided.
+"""How far the default grading cascade can be trusted: every rule's decided share and precision on real model answers
+labelled by hand (tests/data/grading/answers.jsonl; README.md there says how they were made and labelled).
 
-The example is included unchanged; the wrapper only points its models and judges at the emulator.
-Run: .venv/bin/python bench/grading.py [--keep DIR]   (DIR keeps the run directories and their reports)
+A rule's precision is the share of its verdicts that agree with the label; its decided share, the share of the kind's
+answers it decided. Run: .venv/bin/python bench/grading.py [--markdown] [--wrong]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
-from nspec.cli import main
-from nspec.runners.emulator import Emulator, EmulatorConfig
-from nspec.runners.emulator.config import Degrade, Responder, Timing
-from nspec.spec import load_spec
+from nspec import grade
 
-ROOT = Path(__file__).resolve().parent.parent
+SET = Path(__file__).resolve().parent.parent / "tests" / "data" / "grading" / "answers.jsonl"
+KINDS = {"fact": "single-fact needles", "limerick": "limerick (free-text) questions"}
 
 
-def wrapper(example: str, emu: Emulator, folder: Path) -> Path:
-    data = load_spec(str(ROOT / "specs" / f"{example}.yaml")).data
-
-    def local(model: dict) -> dict:
-        provider = model["id"].split("/", 1)[0]
-        url = emu.anthropic_base_url if provider == "anthropic" else emu.openai_base_url
-        return {"id": model["id"], "mode": model.get("mode", "auto"), "base_url": url}
-
-    scoring = []
-    for entry in data.get("scoring") or []:
-        if "judge" in entry:
-            entry = {"judge": {**entry["judge"], "models": [local(m) for m in entry["judge"]["models"]]}}
-        scoring.append(entry)
-    spec = folder / f"{example}.yaml"
-    spec.write_text(
-        json.dumps(
-            {
-                "include": os.path.relpath(ROOT / "specs" / f"{example}.yaml", folder),
-                "models": [local(m) for m in data["models"]],
-                **({"scoring": scoring} if scoring else {}),
-                "run": {"poll": {"min_seconds": 0.2, "max_seconds": 1}},
-            }
+def graded(path: Path = SET) -> list[tuple[dict, object]]:
+    """(record, verdict) for every labelled answer of the set."""
+    rows = []
+    for record in map(json.loads, path.read_text(encoding="utf-8").splitlines()):
+        if record["label"] not in ("pass", "fail"):
+            continue
+        verdict = grade(
+            record["answer"],
+            expected=[*record["expected"], *record["alternates"]],
+            question=record["question"],
+            needle=record["needle"],
         )
-    )
-    return spec
+        rows.append((record, verdict))
+    return rows
 
 
-def main_bench() -> None:
+def table(rows: list, markdown: bool) -> list[str]:
+    by_rule: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    totals: Counter = Counter()
+    for record, verdict in rows:
+        kind = record["kind"]
+        totals[kind] += 1
+        if verdict.verdict == "undecided":
+            continue
+        key = (kind, f"{verdict.rule} → {verdict.verdict}")
+        by_rule[key]["decided"] += 1
+        by_rule[key]["agree"] += verdict.verdict == record["label"]
+    lines = []
+    header = ["kind", "rule → verdict", "decided", "share of the kind", "precision", "wrong"]
+    if markdown:
+        lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    else:
+        lines.append(f"{'kind':9} {'rule → verdict':34} {'decided':>8} {'share':>7} {'precision':>10} {'wrong':>6}")
+    for kind in KINDS:
+        for (k, rule), c in sorted(by_rule.items()):
+            if k != kind:
+                continue
+            share, precision = c["decided"] / totals[kind], c["agree"] / c["decided"]
+            cells = [kind, rule, str(c["decided"]), f"{share:.1%}", f"{precision:.1%}", str(c["decided"] - c["agree"])]
+            if markdown:
+                lines.append("| " + " | ".join(cells) + " |")
+            else:
+                lines.append(f"{kind:9} {rule:34} {cells[2]:>8} {cells[3]:>7} {cells[4]:>10} {cells[5]:>6}")
+    return lines
+
+
+def summary(rows: list) -> list[str]:
+    lines = []
+    for kind, label in [*KINDS.items(), ("all", "all answers")]:
+        mine = [(r, v) for r, v in rows if kind == "all" or r["kind"] == kind]
+        decided = [(r, v) for r, v in mine if v.verdict != "undecided"]
+        agree = sum(v.verdict == r["label"] for r, v in decided)
+        share = len(decided) / len(mine) if mine else 0.0
+        precision = agree / len(decided) if decided else 0.0
+        lines.append(
+            f"{label}: {len(mine)} answers, {len(decided)} decided ({share:.1%}), "
+            f"{agree} agree with the label ({precision:.2%}), {len(decided) - agree} wrong"
+        )
+    return lines
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keep", help="folder that keeps the run directories (default: a temporary one)")
+    parser.add_argument("--markdown", action="store_true", help="the rule table as Markdown (docs/scoring.md)")
+    parser.add_argument("--wrong", action="store_true", help="list every decided answer that disagrees")
     args = parser.parse_args()
-    os.environ.setdefault("OPENAI_API_KEY", "bench")
-    os.environ.setdefault("ANTHROPIC_API_KEY", "bench")
-    degrade = Degrade(miss_beyond_depth=85, miss_beyond_tokens=64_000, miss_rate=0.05)
-    config = EmulatorConfig(
-        seed=1,
-        responder=Responder(degrade=degrade),
-        timing=Timing(validate_seconds=0.1, seconds_per_request=0.0005, finalize_seconds=0.1),
-    )
-    with Emulator(config) as emu, tempfile.TemporaryDirectory() as scratch:
-        tmp = args.keep or scratch
-        Path(tmp).mkdir(parents=True, exist_ok=True)
-        examples = sorted(
-            p.stem for p in (ROOT / "specs").glob("*.yaml") if p.stem != "quickstart"
-        )  # quickstart: local
-        for example in examples:
-            spec = wrapper(example, emu, Path(tmp))
-            code = main(["run", str(spec), "--wait", "-o", str(Path(tmp) / "out")])
-            run = next(p for p in (Path(tmp) / "out" / example).iterdir())
-            scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
-            decided = sum(s["scorer_verdict"] in ("pass", "fail") for s in scores)
-            judged = sum(bool(s["votes"]) for s in scores)
-            verdicts = Counter(s["verdict"] for s in scores)
-            cells = len((run / "cells.jsonl").read_text().splitlines())
-            print(
-                f"{example}: exit {code}; {len(scores)} of {cells} cells graded, {decided} "
-                f"({decided / len(scores):.1%}) decided without a judge, {judged} sent to judges; "
-                f"final verdicts {dict(verdicts)}"
-            )
+    rows = graded()
+    models = Counter(r["model"] for r, _ in rows)
+    labels = Counter(r["label"] for r, _ in rows)
+    print(f"{len(rows)} labelled answers: " + ", ".join(f"{m} {n}" for m, n in sorted(models.items())))
+    negatives = sum(r["negative"] for r, _ in rows)
+    print(f"labels: {labels['pass']} pass, {labels['fail']} fail; {negatives} negative controls")
+    print("\n".join(table(rows, args.markdown)))
+    print("\n".join(summary(rows)))
+    if args.wrong:
+        for record, verdict in rows:
+            if verdict.verdict not in ("undecided", record["label"]):
+                print(f"\n{record['id']} [{verdict.rule}: {verdict.reason}] label {record['label']}")
+                print(f"  Q: {record['question']}  E: {record['expected']}\n  A: {record['answer']!r}")
 
 
 if __name__ == "__main__":
-    main_bench()
+    main()

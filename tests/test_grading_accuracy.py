@@ -1,42 +1,120 @@
-"""The default cascade measured on the labelled set (tests/grading/labelled.yaml): how many answers it decides, and
-how often a decision agrees with the label. A change that makes it confidently wrong more often than a single good
-judge (about 3% of the time), or that leaves much more to judges, fails here."""
+"""The default cascade measured on real model answers labelled by hand (tests/data/grading/answers.jsonl, README.md
+there): every rule decides only with at least 99% precision, and the cascade decides enough that the judges are left
+the doubtful rest. Each rule's abstention boundary is shown on answers of the set. The written answers of
+tests/grading/labelled.yaml are a regression check only."""
 
+import json
+from collections import Counter, defaultdict
+from functools import cache
 from pathlib import Path
 
+import pytest
 from ruamel.yaml import YAML
 
 from nspec import grade
 
-LABELLED = Path(__file__).parent / "grading" / "labelled.yaml"
+HERE = Path(__file__).parent
+REAL = HERE / "data" / "grading" / "answers.jsonl"
+WRITTEN = HERE / "grading" / "labelled.yaml"
 
 
-def graded():
-    for item in YAML(typ="safe").load(LABELLED.read_text(encoding="utf-8")):
-        accepted = item["expected"] + item.get("alternates", [])
+@cache
+def records() -> list[dict]:
+    return [json.loads(line) for line in REAL.read_text(encoding="utf-8").splitlines()]
+
+
+def real(key: str) -> dict:
+    """The record of a question set and cell id."""
+    (record,) = [r for r in records() if f"{r['set']}/{r['cell']}" == key]
+    return record
+
+
+def graded(record):
+    return grade(
+        record["answer"],
+        expected=[*record["expected"], *record["alternates"]],
+        question=record["question"],
+        needle=record["needle"],
+    )
+
+
+def test_every_rule_is_precise_on_real_answers_and_the_cascade_decides_enough():
+    rules: dict[str, Counter] = defaultdict(Counter)
+    kinds: dict[str, Counter] = defaultdict(Counter)
+    for record in records():
+        verdict = graded(record)
+        kinds[record["kind"]]["answers"] += 1
+        if verdict.verdict == "undecided":
+            continue
+        right = verdict.verdict == record["label"]
+        rules[f"{verdict.rule} → {verdict.verdict}"].update(decided=1, right=right)
+        kinds[record["kind"]].update(decided=1, right=right)
+    for rule, c in rules.items():
+        assert c["right"] >= 0.99 * c["decided"], (rule, c)
+    fact, limerick = kinds["fact"], kinds["limerick"]
+    assert fact["decided"] >= 0.85 * fact["answers"] and fact["right"] >= 0.995 * fact["decided"], fact
+    assert limerick["decided"] >= 0.60 * limerick["answers"], limerick
+    assert limerick["right"] >= 0.99 * limerick["decided"], limerick
+
+
+def test_the_real_set_is_labelled_and_both_labels_and_models_occur():
+    rows = records()
+    assert len(rows) >= 150 and all(r["label"] in ("pass", "fail") for r in rows)
+    assert {r["label"] for r in rows} == {"pass", "fail"} and {r["kind"] for r in rows} == {"fact", "limerick"}
+    assert len({r["model"] for r in rows}) >= 2 and any(r["negative"] for r in rows)
+
+
+# Each rule at its boundary, on answers of the set: (question set/cell id, verdict, rule), the answer in the comment.
+BOUNDARIES = [
+    # a paraphrase stays for the judges; the key words pass, spelt as the needle spells them (NIAN expects "Jaun")
+    ("limerick/gemma-3-270m-d9e9db9c09c95a02", "undecided", "partial"),  # 'A large quantity of figs.'
+    ("limerick/gemma-3-270m-7cb9ef5929ba1059", "pass", "key-words"),  # 'He rode on a cream-coloured ass.'
+    ("nian/gemma-3-270m-6e3455ec0b9aebeb", "pass", "key-words"),  # "The janitor's helper named Juan."
+    ("harbour/qwen2-5-coder-0-5b-instruct-free-249f5f6ad51f7eca", "undecided", "no-key-words"),  # names no captain
+    # doubt holds a pass back: other numbers; a hedge, unless the needle says it too ("nine, more or less")
+    ("harbour/gemma-3-270m-f7f808dcacc23e93", "undecided", "key-words"),  # '17:00' for Day 17
+    ("limerick/qwen2-5-coder-1-5b-instruct-limerick-6ea65280b1ebde2a", "pass", "key-words"),  # 'nine, more or less'
+    # a value that is no uuid; the expected uuid
+    ("uuid/qwen2-5-coder-0-5b-instruct-free-6aa4c51869ffed8f", "pass", "uuid"),
+    # conflicting values of the expected kind fail
+    ("harbour/gemma-3-270m-e056840b28af7bec", "fail", "conflicting-value"),  # '100 crates of linen.'
+    ("harbour/gemma-3-270m-c328cb062093cbb1", "fail", "conflicting-value"),  # 'Felix Dunn'
+    ("harbour/qwen2-5-coder-0-5b-instruct-free-805b1b1172fcde2b", "fail", "conflicting-value"),  # '…was Felix Dunn.'
+    ("uuid/gemma-3-270m-1c005555ba2a880f", "fail", "conflicting-value"),  # '4893f8f8-f0d1-45b1-9b21'
+    # yes/no: the opening stance, or the question restated
+    ("limerick/gemma-3-270m-6bb25e8b94dbee1b", "pass", "polar"),  # 'Yes, it does.'
+    ("limerick/gemma-3-270m-6c748a4c000befc6", "fail", "polar"),  # 'Yes, she complained.'
+    ("nian/qwen2-5-coder-0-5b-instruct-limerick-e349224a77b95fae", "pass", "polar"),  # 'Mr. Thistle does not follow…'
+    ("limerick/qwen2-5-coder-0-5b-instruct-limerick-bbbb9631515cb982", "fail", "polar"),  # restates: complained
+    # negative controls
+    ("magic/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.invents-value"),  # '10000000000000000000000'
+    ("uuid/qwen2-5-coder-0-5b-instruct-terse-ca624ed767cc2687", "pass", "negative.not-found"),  # 'UNANSWERABLE'
+    ("limerick/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.answers"),  # 'No, he never had more than a penny.'
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key, verdict, rule", BOUNDARIES)
+def test_rule_boundaries_on_real_answers(key, verdict, rule):
+    record = real(key)
+    v = graded(record)
+    assert (v.verdict, v.rule) == (verdict, rule), (record["answer"], v.reason)
+    if verdict != "undecided":
+        assert verdict == record["label"]
+
+
+def test_written_answers_are_not_decided_against_their_labels():
+    rows = []
+    for item in YAML(typ="safe").load(WRITTEN.read_text(encoding="utf-8")):
         for label, answer in item["answers"]:
-            verdict = grade(
+            v = grade(
                 answer,
-                expected=accepted,
+                expected=item["expected"] + item.get("alternates", []),
                 question=item["question"],
                 needle=item.get("needle"),
                 require=item.get("require", "any"),
             )
-            yield label, verdict, answer
-
-
-def test_the_cascade_decides_most_answers_and_is_right_when_it_does():
-    rows = list(graded())
-    decided = [(label, v, answer) for label, v, answer in rows if v.verdict != "undecided"]
-    wrong = [(label, v.verdict, v.reason, answer) for label, v, answer in decided if v.verdict != label]
-    agreement = 1 - len(wrong) / len(decided)
-    print(f"\n{len(rows)} labelled answers; decided {len(decided) / len(rows):.1%}; agreement {agreement:.1%}")
-    assert len(rows) >= 300
-    assert len(decided) / len(rows) >= 0.80
-    assert agreement >= 0.97, wrong
-
-
-def test_every_label_is_pass_or_fail_and_both_occur():
-    labels = [label for label, _, _ in graded()]
-    assert set(labels) == {"pass", "fail"}
-    assert 0.3 < labels.count("pass") / len(labels) < 0.7
+            rows.append((label, v.verdict))
+    decided = [(label, v) for label, v in rows if v != "undecided"]
+    wrong = sum(label != v for label, v in decided)
+    assert len(rows) >= 300 and len(decided) >= 0.6 * len(rows)
+    assert wrong <= 0.01 * len(decided), wrong

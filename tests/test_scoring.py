@@ -207,10 +207,17 @@ def test_yes_no_polarity_not_substrings():
     assert auto("Mr. Thistle is remembered for achieving no fame.", ["No"], q, THISTLE).verdict == "undecided"
 
 
-def test_answers_about_something_else_fail():
+def test_the_one_answering_says_not_found_with_verbs_of_finding():
+    assert auto("I do not see a limerick about a bard from Peru.").rule == "not-found"
+    assert auto("I don't give a damn.").verdict == "undecided"  # a limerick's line, not a "not found"
+
+
+def test_other_words_are_no_evidence_but_not_found_is():
+    # an answer in words the needle does not have may be a paraphrase: the judges decide
     v = auto("He sailed to Lima to forget his sorrow.")
-    assert (v.verdict, v.reason) == ("fail", "answers with something that is not in the needle")
-    assert auto("There is no limerick about a bard from Peru.").verdict == "fail"
+    assert (v.verdict, v.rule) == ("undecided", "no-key-words")
+    v = auto("There is no limerick about a bard from Peru.")
+    assert (v.verdict, v.rule) == ("fail", "not-found")
 
 
 def test_hedges_and_negations_stay_undecided():
@@ -247,6 +254,7 @@ def test_grade_is_the_package_api():
     assert nspec.Verdict is type(grade("x", expected=["x"]))
     assert grade("Paris", expected=["Paris"]).as_dict() == {
         "scorer": "auto",
+        "rule": "equals",
         "verdict": "pass",
         "reason": "equals an accepted answer",
         "score": 1.0,
@@ -268,9 +276,8 @@ def test_grade_refuses_a_scoring_it_cannot_use(scoring, message):
         grade("x", expected="x")
 
 
-def test_irregular_verbs_meet_their_question_and_a_bare_denial_fails():
+def test_irregular_verbs_meet_their_question():
     needle = "A tabby who lived in a mill / Ate a mouse every day, with some skill."
     q = "What did the tabby eat every day?"
     assert auto("She ate a mouse every day.", ["She ate a mouse."], q, needle).verdict == "pass"
-    v = auto("The tabby never ate.", ["A mouse."], q, needle)
-    assert (v.verdict, v.reason) == ("fail", "denies what the question asks about")
+    assert auto("The tabby never ate.", ["A mouse."], q, needle).verdict == "undecided"  # a denial is for judges

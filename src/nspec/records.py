@@ -84,6 +84,7 @@ class ResultRecord(TypedDict):
 
 class ScorerVerdict(TypedDict):
     scorer: str
+    rule: NotRequired[str]  # the step of the scorer that decided (auto's, negative's); else the scorer's name
     verdict: str
     reason: str
     score: float | None

@@ -44,15 +44,18 @@ _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "sev
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 
 # "The context does not hold the answer", in the ways models say it. Matched on one clause, in normalised text.
-# The sayer of a "does not say": the text or its parts, or the one answering ("I cannot find") — not a character of
-# the story ("He didn't say anything" can be the right answer).
+# The sayer of a "does not say": the text or its parts — not a character of the story ("He didn't say anything" can
+# be the right answer). The one answering says it with verbs of finding ("I do not see...", "we don't have..."): "I
+# don't give a damn" is a line of a limerick, not a "not found".
 _SAYER = r"""(?:text|texts|context|document|documents|passage|passages|limerick|limericks|poem|poems|log|logs
-    |story|stories|entry|entries|information|excerpt|source|sources|it|this|i|we|they|these)"""
+    |story|stories|entry|entries|information|excerpt|source|sources|it|this|they|these)"""
 _NOT_THERE = re.compile(
     rf"""
     \b{_SAYER}\b(?:\s+[\w'-]+){{0,6}}?\s+(?:does|do|did|is|are|was|were|has|have|am)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}?
         (?:contain|mention|say|state|specify|provide|include|indicate|reveal|give|tell|describe|discuss|address
           |offer|explain|identify|name|list|refer|record|show|see|find|know|seem|appear|clarify|answer)
+    | \b(?:i|we)\b(?:\s+[\w'-]+){{0,3}}?\s+(?:do|did|have|am)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}?
+        (?:see|find|know|have|locate|notice|spot|recall|recognise|recognize)
     | \b(?:no|not\s+any)\s+(?:\w+\s+){{0,2}}?(?:mention|information|reference|record|details?|indication|data|clue
           |limerick|such|entry|answer|evidence)s?\b
     | \bnot\s+(?:\w+\s+)?(?:mentioned|found|provided|stated|specified|given|included|available|present|listed
@@ -289,6 +292,7 @@ def read(answer: str, needle: str | None) -> Reading:
         return quoted
 
     outside = _QUOTES.sub(take, text)
+    needle_words = " " + " ".join(words(needle)) + " " if needle is not None else None
     sentences = []
     stems: set[str] = set()
     for sentence in _SENTENCES.split(outside):
@@ -299,10 +303,22 @@ def read(answer: str, needle: str | None) -> Reading:
                 continue
             own = frozenset(content(norm))
             stems |= own
-            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), bool(_HEDGE.search(norm))))
+            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), _hedged(norm, needle_words)))
         if clauses:
             sentences.append(Sentence(_norm(sentence), tuple(clauses)))
     return Reading(sentences, quotes, bool(_WONT.search(_norm(text))), stems)
+
+
+def _hedged(clause: str, needle_words: str | None) -> bool:
+    """Whether a clause hedges: a hedge that the needle has too, with a word either side, is the needle's own
+    wording ("the captain ate nine, more or less"), not the answer's doubt."""
+    for match in _HEDGE.finditer(clause):
+        before = words(clause[: match.start()])[-1:]
+        after = words(clause[match.end() :])[:1]
+        window = " " + " ".join([*before, *words(match.group()), *after]) + " "
+        if needle_words is None or window not in needle_words:
+            return True
+    return False
 
 
 def negated(text: str) -> bool:

@@ -41,16 +41,24 @@ class Verdict:
 
     ``verdict`` is "pass", "fail" or "undecided" (a judge should look); ``scorer`` names the scorer that decided;
     ``reason`` says why in a few words; ``score`` is 1 for a pass, 0 for a fail, the share of expected answers
-    found for multi-value answers, and None while undecided.
+    found for multi-value answers, and None while undecided. ``rule`` names the step of the scorer that gave the
+    verdict (`auto` and `negative`: see docs/scoring.md, where each rule's measured precision is), for tables.
     """
 
     verdict: Outcome
     scorer: str
     reason: str
     score: float | None = None
+    rule: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"scorer": self.scorer, "verdict": self.verdict, "reason": self.reason, "score": self.score}
+        return {
+            "scorer": self.scorer,
+            "rule": self.rule or self.scorer,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "score": self.score,
+        }
 
 
 @dataclass(frozen=True)
@@ -310,15 +318,21 @@ def negative(answer: str, question: str | None, phrases: Sequence[str]) -> Verdi
     not_found = says_not_found(answer, phrases)
     invented = any(v not in asked for v in _VALUE.findall(freetext.clean(answer)))
     if not_found and not invented:
-        return Verdict("pass", "negative", "says not found and invents nothing", 1.0)
+        return Verdict("pass", "negative", "says not found and invents nothing", 1.0, "negative.not-found")
     if invented and not not_found:
-        return Verdict("fail", "negative", "invents a value", 0.0)
+        return Verdict("fail", "negative", "invents a value", 0.0, "negative.invents-value")
     if not not_found:
-        return Verdict("fail", "negative", "does not say the answer is missing", 0.0)
-    return Verdict("undecided", "negative", "says not found but also gives a value")
+        return Verdict("fail", "negative", "does not say the answer is missing", 0.0, "negative.answers")
+    return Verdict("undecided", "negative", "says not found but also gives a value", None, "negative.both")
 
 
 # -- the default cascade -------------------------------------------------------------------------------------------
+#
+# Each rule decides only where its precision, measured on real model answers labelled by hand
+# (tests/data/grading/answers.jsonl, `python bench/grading.py`), is at least 99%; elsewhere it says "undecided" and
+# the judges decide. A fail needs positive evidence: a refusal, a "not found" where the needle is there, a
+# conflicting value of the expected kind (another number, uuid or name), or the opposite yes/no. That an answer's
+# words differ from the needle's is never evidence: a correct paraphrase looks just like that.
 
 
 def _plain(text: str) -> str:
@@ -327,17 +341,16 @@ def _plain(text: str) -> str:
 
 def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     """The default cascade for free-text answers: decide what a careful judge would decide the same way, and say
-    "undecided" otherwise. See docs/scoring.md for each step and its measured accuracy."""
+    "undecided" otherwise. See docs/scoring.md for each rule and its measured precision."""
     accepted, question, needle = inp.accepted, inp.question, inp.needle
     reading = freetext.read(answer, needle)
     if not freetext.words(answer):
-        return _fail("the answer is empty")
+        return _fail("empty", "the answer is empty")
     plain = _plain(answer)
     if any(len(a) == 1 and plain == _plain(a[0]) for a in accepted):
-        return Verdict("pass", "auto", "equals an accepted answer", 1.0)
+        return _pass("equals", "equals an accepted answer")
     asked = set(freetext.content(question)) if question else set()
-    needle_stems = set(freetext.content(needle)) if needle is not None else None
-    verdicts = [_one_alternative(reading, alt, asked, needle_stems) for alt in accepted]
+    verdicts = [_one_alternative(answer, reading, alt, asked, question, needle) for alt in accepted]
     passing = [v for v in verdicts if v.verdict == "pass"]
     if passing:
         return max(passing, key=lambda v: v.score or 0.0)
@@ -346,22 +359,32 @@ def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     return next(v for v in verdicts if v.verdict == "undecided")
 
 
-def _fail(reason: str, score: float = 0.0) -> Verdict:
-    return Verdict("fail", "auto", reason, score)
+def _pass(rule: str, reason: str) -> Verdict:
+    return Verdict("pass", "auto", reason, 1.0, rule)
 
 
-def _undecided(reason: str) -> Verdict:
-    return Verdict("undecided", "auto", reason)
+def _fail(rule: str, reason: str, score: float = 0.0) -> Verdict:
+    return Verdict("fail", "auto", reason, score, rule)
+
+
+def _undecided(rule: str, reason: str) -> Verdict:
+    return Verdict("undecided", "auto", reason, None, rule)
 
 
 def _one_alternative(
-    reading: freetext.Reading, values: tuple[str, ...], asked: set[str], needle: set[str] | None
+    answer: str,
+    reading: freetext.Reading,
+    values: tuple[str, ...],
+    asked: set[str],
+    question: str | None,
+    needle: str | None,
 ) -> Verdict:
     """The cascade against one accepted answer (one or several values, all needed)."""
+    values = tuple(_spelled_as_in_needle(v, needle) for v in values)
     denies = any(freetext.says_not_there(v) for v in values)
     if not denies:
         if reading.refuses and not any(_given(reading, v, asked) == 1.0 for v in values):
-            return _fail("refuses to answer")
+            return _fail("refusal", "refuses to answer")
         if reading.opens_not_there(asked):
             answering = [
                 c
@@ -370,32 +393,52 @@ def _one_alternative(
                 if not c.not_there and not c.negated and c.stems - asked
             ]
             if answering and any(_given(reading, v, asked) == 1.0 for v in values):
-                return _undecided("says the context lacks the answer, then answers")
+                return _undecided("not-found", "says the context lacks the answer, then answers")
             quoted = " (quoting the needle)" if reading.quotes else ""
-            return _fail("says the context does not hold the answer" + quoted)
+            return _fail("not-found", "says the context does not hold the answer" + quoted)
     if len(values) == 1:
         polar = _polarity(values[0])
         if polar is not None:
-            return _polar(reading, values[0], polar, asked)
+            return _polar(reading, polar, asked)
+        if _UUID.fullmatch(values[0].strip()):
+            return _uuid(answer, values[0].strip())
     shares = [_given(reading, v, asked) for v in values]
     share = sum(shares) / len(shares)
     numbers = _numbers_verdict(reading, values, asked, share)
     if numbers is not None and share < 1.0:
         return numbers
     if share == 1.0:
-        return _checked_pass(reading, values, asked, needle, denies)
+        return _checked_pass(reading, values, asked, None if needle is None else set(freetext.content(needle)), denies)
     if len(values) > 1 and all(_atomic(v, asked) for v in values):
         found = sum(s == 1.0 for s in shares)
-        return _fail(f"gives {found} of {len(values)} expected answers", found / len(values))
-    if share == 0.0 and reading.stems - asked:
-        return _unrelated(reading, values, asked, needle)
-    if share == 0.0 and not denies and any(c.negated for c in reading.clauses):
-        if any(freetext.negated(v) for v in values):
-            return Verdict("pass", "auto", "denies, as the expected answer does", 1.0)  # "Nobody." for "Nobody came."
-        return _fail("denies what the question asks about")  # "The cuckoo never sang."
+        return _fail("multi-value", f"gives {found} of {len(values)} expected answers", found / len(values))
     if share == 0.0:
-        return _undecided("says nothing beyond the question")
-    return _undecided(f"gives {share:.0%} of the expected answer's key words")
+        names = _other_names(answer, values, question, needle)
+        if names:
+            return _fail("conflicting-value", f"names {', '.join(names[:3])}, not {' / '.join(values)}")
+        return _undecided("no-key-words", "gives none of the expected answer's key words")
+    return _undecided("partial", f"gives {share:.0%} of the expected answer's key words")
+
+
+_TOKEN = re.compile(r"[A-Za-z][\w'-]*")
+
+
+def _spelled_as_in_needle(value: str, needle: str | None) -> str:
+    """An expected answer with its misspelt words spelt as the needle spells them: NIAN expects "Jaun" where its
+    limerick names "Juan". A word the needle lacks becomes the needle word closest to it (same first letter, at least
+    3 letters in 4 alike), if there is one."""
+    if needle is None:
+        return value
+    spelt = {w.casefold(): w for w in _TOKEN.findall(needle)}
+
+    def respell(match: re.Match[str]) -> str:
+        word = match.group()
+        if len(word) < 3 or word.casefold() in spelt or not freetext.content(word):
+            return word
+        close = difflib.get_close_matches(word.casefold(), list(spelt), n=1, cutoff=0.75)
+        return spelt[close[0]] if close and close[0][0] == word[0].casefold() else word
+
+    return _TOKEN.sub(respell, value)
 
 
 def _key(value: str, asked: set[str]) -> list[str]:
@@ -450,9 +493,51 @@ def _numbers_verdict(
     if not wanted or not wrong:
         return None
     if reading.hedged_near(wanted | wrong):
-        return _undecided("hedges between numbers")
+        return _undecided("conflicting-value", "hedges between numbers")
     missing = sorted(wanted - reading.stems)
-    return _fail(f"gives {', '.join(sorted(wrong)[:3])}, not {', '.join(missing[:3])}", share)
+    return _fail("conflicting-value", f"gives {', '.join(sorted(wrong)[:3])}, not {', '.join(missing[:3])}", share)
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+_UUID_PART = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{0,4}", re.IGNORECASE)
+
+
+def _uuid(answer: str, value: str) -> Verdict:
+    """A uuid is given as it is or not at all: another uuid in its place is a wrong one."""
+    given = {u.casefold() for u in _UUID.findall(answer)}
+    if value.casefold() in given:
+        if len(given) > 1:
+            return _undecided("conflicting-value", "gives the expected uuid among others")
+        return _pass("uuid", "gives the expected uuid")
+    if given:
+        return _fail("conflicting-value", "gives another uuid")
+    if _UUID_PART.search(answer):  # "45cf9b83-7471-407f-a3a4-": cut off by the token limit, or garbled
+        return _fail("conflicting-value", "gives an incomplete uuid")
+    return _undecided("no-key-words", "gives no uuid")
+
+
+_NAME = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Za-z]+)?\b")
+
+
+def _other_names(answer: str, values: tuple[str, ...], question: str | None, needle: str | None) -> list[str]:
+    """Where every expected value is a name (each of its content words capitalised: "Elena Frost", "Genoa"), the
+    names the answer gives instead: capitalised words that are not in the question, the expected answer or the
+    needle (a name the needle gives may be the one meant: NIAN expects "Jaun" where its limerick says "Juan"), and
+    are not common words."""
+    for value in values:
+        words = [w for w in _TOKEN.findall(value) if freetext.content(w)]
+        if not words or not all(w[0].isupper() for w in words):
+            return []
+    said = " ".join((question or "", needle or "", *values))
+    known = {w.casefold() for w in _TOKEN.findall(said)}
+    light = freetext.common_stems()
+    names = []
+    for match in _NAME.finditer(freetext.clean(answer)):
+        word = match.group().casefold()
+        if word in known or not freetext.content(word) or freetext.stem(word) in light:
+            continue
+        names.append(match.group())
+    return list(dict.fromkeys(names))
 
 
 def _checked_pass(
@@ -462,30 +547,18 @@ def _checked_pass(
     key = {s for v in values for s in _key(v, asked)}
     carrying = [c for c in reading.clauses if c.stems & key]
     if reading.hedged_near(key) or (not carrying and any(c.hedged for c in reading.clauses)):
-        return _undecided("hedges")
+        return _undecided("key-words", "hedges")
     if not denies and any(c.negated for c in carrying) != any(freetext.negated(v) for v in values):
-        return _undecided("differs from the expected answer in negation")  # "He paid" for "He did not pay"
+        return _undecided("key-words", "differs from the expected answer in negation")  # "He paid" / "He did not pay"
     if reading.ungrounded_quotes:
-        return _undecided("quotes text that is not in the needle")
+        return _undecided("key-words", "quotes text that is not in the needle")
+    if any(freetext.is_number(s) for s in reading.stems - key - asked - (needle or set())):
+        return _undecided("key-words", "gives other numbers too")  # "17:00" for "Day 17"
     if needle is not None:
         foreign = reading.stems - needle - asked - key
         if len(foreign) >= 6 and len(foreign) > len(reading.stems & needle):
-            return _undecided("says much that is not in the needle")
-    return Verdict("pass", "auto", "gives the expected answer", 1.0)
-
-
-def _unrelated(reading: freetext.Reading, values: tuple[str, ...], asked: set[str], needle: set[str] | None) -> Verdict:
-    """An answer with none of the expected key words: wrong, when what it says is not drawn from the needle (it
-    answers about something else); a paraphrase may hide in what it draws from the needle."""
-    said = reading.stems - asked
-    if needle is None:
-        if all(_atomic(v, asked) for v in values):
-            return _fail("gives none of the expected answer")
-        return _undecided("gives none of the expected answer's key words (no needle to check against)")
-    from_needle = said & needle
-    if len(from_needle) * 2 > len(said):
-        return _undecided("answers from the needle, but not with the expected words")
-    return _fail("answers with something that is not in the needle")
+            return _undecided("key-words", "says much that is not in the needle")
+    return _pass("key-words", "gives the expected answer")
 
 
 def _polarity(value: str) -> str | None:
@@ -498,15 +571,33 @@ def _polarity(value: str) -> str | None:
     return None
 
 
-def _polar(reading: freetext.Reading, value: str, polar: str, asked: set[str]) -> Verdict:
-    stance = reading.stance()
+def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
+    stance = reading.stance() or _restated(reading, asked)
     if stance is None:
-        return _undecided("does not open with yes or no")
+        return _undecided("polar", "does not open with yes or no")
+    if any(c.not_there for c in reading.clauses):  # "No, the text does not say": a "not found", not an answer
+        return _undecided("polar", f"answers {stance}, but says the text lacks something")
     if stance != polar:
-        return _fail(f"answers {stance} where the answer is {polar}")
+        return _fail("polar", f"answers {stance} where the answer is {polar}")
     if any(c.hedged for c in reading.clauses):
-        return _undecided("hedges")
-    return Verdict("pass", "auto", f"answers {polar}", 1.0)
+        return _undecided("polar", "hedges")
+    return _pass("polar", f"answers {polar}")
+
+
+def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
+    """The stance of an answer that opens by restating the question as a statement, adding at most two words: "Mr.
+    Thistle does not follow our rules." is a no, "She complained when the door squeezed her flat." a yes."""
+    if not asked or not reading.sentences:
+        return None
+    clauses: list[freetext.Clause] = []
+    for sentence in reading.sentences:  # the first sentence, with what follows an abbreviation ("Mr. Thistle")
+        clauses += sentence.clauses
+        if len(sentence.text.split()) > 2:
+            break
+    stems = {s for c in clauses for s in c.stems}
+    if not asked <= stems or len(stems - asked) > 2:  # a restatement, not "…, because she'd never leave Portugal"
+        return None
+    return "no" if any(c.negated for c in clauses) else "yes"
 
 
 # -- RULER's metrics, per answer (`grading.ruler`: NVIDIA/RULER's own definitions) ------------------------------
