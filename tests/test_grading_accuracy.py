@@ -24,8 +24,9 @@ def records() -> list[dict]:
 
 
 def real(key: str) -> dict:
-    """The record of a question set and cell id."""
-    (record,) = [r for r in records() if f"{r['set']}/{r['cell']}" == key]
+    """The record of a question set, run id and the end of a cell id."""
+    set_name, run, cell = key.split("/")
+    (record,) = [r for r in records() if (r["set"], r["run"]) == (set_name, run) and r["cell"].endswith(cell)]
     return record
 
 
@@ -64,32 +65,33 @@ def test_the_real_set_is_labelled_and_both_labels_and_models_occur():
     assert len({r["model"] for r in rows}) >= 2 and any(r["negative"] for r in rows)
 
 
-# Each rule at its boundary, on answers of the set: (question set/cell id, verdict, rule), the answer in the comment.
+# Each rule at its boundary, on answers of the set: (question set/run/cell id's end, verdict, rule), the answer in the
+# comment.
 BOUNDARIES = [
     # a paraphrase stays for the judges; the key words pass, spelt as the needle spells them (NIAN expects "Jaun")
-    ("limerick/gemma-3-270m-d9e9db9c09c95a02", "undecided", "partial"),  # 'A large quantity of figs.'
-    ("limerick/gemma-3-270m-7cb9ef5929ba1059", "pass", "key-words"),  # 'He rode on a cream-coloured ass.'
-    ("nian/gemma-3-270m-6e3455ec0b9aebeb", "pass", "key-words"),  # "The janitor's helper named Juan."
-    ("harbour/qwen2-5-coder-0-5b-instruct-free-249f5f6ad51f7eca", "undecided", "no-key-words"),  # names no captain
+    ("limerick/124a2530c0b4/09c95a02", "undecided", "partial"),  # 'A large quantity of figs.'
+    ("limerick/124a2530c0b4/29ba1059", "pass", "key-words"),  # 'He rode on a cream-coloured ass.'
+    ("nian/3b2bb15a8bfa/0b9aebeb", "pass", "key-words"),  # "The janitor's helper named Juan."
+    ("harbour/ff8ce954c62c/d51f7eca", "undecided", "no-key-words"),  # names no captain
     # doubt holds a pass back: other numbers; a hedge, unless the needle says it too ("nine, more or less")
-    ("harbour/gemma-3-270m-f7f808dcacc23e93", "undecided", "key-words"),  # '17:00' for Day 17
-    ("limerick/qwen2-5-coder-1-5b-instruct-limerick-6ea65280b1ebde2a", "pass", "key-words"),  # 'nine, more or less'
-    # a value that is no uuid; the expected uuid
-    ("uuid/qwen2-5-coder-0-5b-instruct-free-6aa4c51869ffed8f", "pass", "uuid"),
+    ("harbour/559400a63f5c/acc23e93", "undecided", "key-words"),  # '17:00' for Day 17
+    ("limerick/c22fb0698449/b1ebde2a", "pass", "key-words"),  # 'nine, more or less'
+    # the expected uuid, whole
+    ("uuid/970acf391a2d/69ffed8f", "pass", "uuid"),
     # conflicting values of the expected kind fail
-    ("harbour/gemma-3-270m-e056840b28af7bec", "fail", "conflicting-value"),  # '100 crates of linen.'
-    ("harbour/gemma-3-270m-c328cb062093cbb1", "fail", "conflicting-value"),  # 'Felix Dunn'
-    ("harbour/qwen2-5-coder-0-5b-instruct-free-805b1b1172fcde2b", "fail", "conflicting-value"),  # '…was Felix Dunn.'
-    ("uuid/gemma-3-270m-1c005555ba2a880f", "fail", "conflicting-value"),  # '4893f8f8-f0d1-45b1-9b21'
+    ("harbour/559400a63f5c/28af7bec", "fail", "conflicting-value"),  # '100 crates of linen.'
+    ("harbour/559400a63f5c/2093cbb1", "fail", "conflicting-value"),  # 'Felix Dunn'
+    ("harbour/ff8ce954c62c/72fcde2b", "fail", "conflicting-value"),  # '…was Felix Dunn.'
+    ("uuid/5448c0124064/ba2a880f", "fail", "conflicting-value"),  # '4893f8f8-f0d1-45b1-9b21'
     # yes/no: the opening stance, or the question restated
-    ("limerick/gemma-3-270m-6bb25e8b94dbee1b", "pass", "polar"),  # 'Yes, it does.'
-    ("limerick/gemma-3-270m-6c748a4c000befc6", "fail", "polar"),  # 'Yes, she complained.'
-    ("nian/qwen2-5-coder-0-5b-instruct-limerick-e349224a77b95fae", "pass", "polar"),  # 'Mr. Thistle does not follow…'
-    ("limerick/qwen2-5-coder-0-5b-instruct-limerick-bbbb9631515cb982", "fail", "polar"),  # restates: complained
+    ("limerick/124a2530c0b4/94dbee1b", "pass", "polar"),  # 'Yes, it does.'
+    ("limerick/124a2530c0b4/000befc6", "fail", "polar"),  # 'Yes, she complained.'
+    ("nian/82fc5ba0f7d3/77b95fae", "pass", "polar"),  # 'Mr. Thistle does not follow…'
+    ("limerick/1f35e3551721/515cb982", "fail", "polar"),  # restates: complained
     # negative controls
-    ("magic/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.invents-value"),  # '10000000000000000000000'
-    ("uuid/qwen2-5-coder-0-5b-instruct-terse-ca624ed767cc2687", "pass", "negative.not-found"),  # 'UNANSWERABLE'
-    ("limerick/gemma-3-270m-ece4d4d2f081a738", "fail", "negative.answers"),  # 'No, he never had more than a penny.'
+    ("magic/7d24971e3daf/f081a738", "fail", "negative.invents-value"),  # '10000000000000000000000'
+    ("uuid/970acf391a2d/67cc2687", "pass", "negative.not-found"),  # 'UNANSWERABLE'
+    ("limerick/124a2530c0b4/f081a738", "fail", "negative.answers"),  # 'No, he never had more than a penny.'
 ]  # fmt: skip
 
 
