@@ -68,10 +68,10 @@ def test_the_real_set_is_labelled_and_both_labels_and_models_occur():
 # Each rule at its boundary, on answers of the set: (question set/run/cell id's end, verdict, rule), the answer in the
 # comment.
 BOUNDARIES = [
-    # a paraphrase stays for the judges; the key words pass, spelt as the needle spells them (NIAN expects "Jaun")
+    # a paraphrase stays for the judges; the key words pass
     ("limerick/124a2530c0b4/09c95a02", "undecided", "partial"),  # 'A large quantity of figs.'
     ("limerick/124a2530c0b4/29ba1059", "pass", "key-words"),  # 'He rode on a cream-coloured ass.'
-    ("nian/3b2bb15a8bfa/0b9aebeb", "pass", "key-words"),  # "The janitor's helper named Juan."
+    ("limerick/c22fb0698449/ac3c06ac", "pass", "key-words"),  # '…spent all his money on onions and honey.'
     ("harbour/ff8ce954c62c/d51f7eca", "undecided", "no-key-words"),  # names no captain
     # doubt holds a pass back: other numbers; a hedge, unless the needle says it too ("nine, more or less")
     ("harbour/559400a63f5c/acc23e93", "undecided", "key-words"),  # '17:00' for Day 17
@@ -86,7 +86,7 @@ BOUNDARIES = [
     # yes/no: the opening stance, or the question restated
     ("limerick/124a2530c0b4/94dbee1b", "pass", "polar"),  # 'Yes, it does.'
     ("limerick/124a2530c0b4/000befc6", "fail", "polar"),  # 'Yes, she complained.'
-    ("nian/82fc5ba0f7d3/77b95fae", "pass", "polar"),  # 'Mr. Thistle does not follow…'
+    ("limerick/1f35e3551721/3cee5128", "pass", "polar"),  # 'No, the Old Man of Kilkenny never had more…'
     ("limerick/1f35e3551721/515cb982", "fail", "polar"),  # restates: complained
     # negative controls
     ("magic/7d24971e3daf/f081a738", "fail", "negative.invents-value"),  # '10000000000000000000000'
