@@ -48,6 +48,19 @@ models: [{id: openai/gpt-4.1-mini}]
 """
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, each worker keeps to its share of the cores, and so do the processes it starts. The local
+    engine runs a thread per core, and its threads wait for each other after every step: on cores that another
+    worker keeps busy, its requests took two to three times as long and spent the other worker's time waiting."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    index, count = int(worker["workerid"].removeprefix("gw")), int(worker["workercount"])
+    if len(cores) >= count:
+        os.sched_setaffinity(0, cores[index::count])
+
+
 class CliResult:
     def __init__(self, code: int, out: str, err: str) -> None:
         self.code, self.out, self.err = code, out, err

@@ -372,9 +372,10 @@ def _feed(stdin: Any, pending: list[Case]) -> None:
         pass
 
 
-def campaign(seed: int, count: int) -> Campaign:
-    """Run ``count`` cases in a worker process; a worker that dies (the memory cap) is restarted after its case."""
-    all_cases = list(cases(seed, count))
+def campaign(seed: int, count: int, part: int = 0, parts: int = 1) -> Campaign:
+    """Run ``count`` cases in a worker process; a worker that dies (the memory cap) is restarted after its case.
+    With ``parts``, only every ``parts``-th case from ``part`` on: the parts of one campaign run side by side."""
+    all_cases = list(cases(seed, count))[part::parts]
     codes: Counter[str] = Counter()
     failures: list[str] = []
     started = time.monotonic()
@@ -415,7 +416,7 @@ def campaign(seed: int, count: int) -> Campaign:
                 pending = pending[done + 1 :]
             else:
                 pending = []
-    return Campaign(count, codes, failures, time.monotonic() - started)
+    return Campaign(len(all_cases), codes, failures, time.monotonic() - started)
 
 
 def main() -> None:

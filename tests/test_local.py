@@ -24,7 +24,7 @@ HAYSTACK = (
     "little to distress or vex her."
 )
 
-# Small and quick: two lengths, two depths, a negative control each; about 20 s on two cores.
+# Small and quick: one length, two depths and a negative control.
 SMALL = """\
 nspec: 1
 name: small
@@ -35,7 +35,7 @@ needles:
     question: "What is the special magic number?"
     answer: "{n}"
     vars: {n: {digits: 7}}
-grid: {context_lengths: [300, 600], depths: [0, 100], negative_controls: true}
+grid: {context_lengths: [300], depths: [0, 100], negative_controls: true}
 prompt: {user: "{haystack}\\n\\n{question}", prefill: "The special magic number is:", reserve_tokens: 16}
 models: [{id: local/gemma-3-270m, params: {temperature: 0, max_tokens: 8}}]
 scoring:
@@ -208,7 +208,7 @@ def test_emulator_answers_with_the_local_model(emulator, api_keys, tmp_path, cli
         "models: [{id: local/gemma-3-270m, params: {temperature: 0, max_tokens: 8}}]",
         f'models: [{{id: anthropic/claude-haiku-4-5, mode: batch, base_url: "{emu.anthropic_base_url}", '
         "params: {max_tokens: 8}}]",  # a model that continues the prefill, as the local model does
-    ).replace("context_lengths: [300, 600]", "context_lengths: [300]")
+    )
     (tmp_path / "spec.yaml").write_text(spec)
     compiled = cli("compile", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "out"))
     run = compiled.out.strip().splitlines()[-1]

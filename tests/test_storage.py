@@ -5,7 +5,6 @@ with one result per cell and a ledger that agrees with the results."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nspec.compiler.run_writer import compile_run
+from nspec.runners import pipeline
 from nspec.spec import load_spec
 from tests.test_runners import SPEC, assert_complete
 
@@ -53,8 +53,7 @@ def nspec(*args: str, file_limit: int | None = None) -> subprocess.CompletedProc
 def assert_consistent(run: Path) -> None:
     """One result per cell, and the ledger's totals are the results' (nothing lost, nothing counted twice)."""
     got = assert_complete(run)
-    state = json.loads(nspec("status", str(run), "--json").stdout)
-    models = state["stages"][0]["models"]
+    models = pipeline.status(run)["stages"][0]["models"]  # what `nspec status --json` prints
     assert sum(m["done"] + m["failed"] for m in models) == len(got)
     assert sum(m["input_tokens"] for m in models) == sum(r["usage"]["input_tokens"] for r in got)
 
