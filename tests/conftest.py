@@ -57,8 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     cores = sorted(os.sched_getaffinity(0))
     index, count = int(worker["workerid"].removeprefix("gw")), int(worker["workercount"])
-    if len(cores) >= count:
-        os.sched_setaffinity(0, cores[index::count])
+    # More workers than cores (they spend much of their time waiting on servers and subprocesses): share them out.
+    os.sched_setaffinity(0, cores[index::count] if len(cores) >= count else [cores[index % len(cores)]])
 
 
 class CliResult:

@@ -159,7 +159,7 @@ _TARGETED: list[tuple[tuple[Any, ...], Any]] = [
     (("grid", "context_lengths"), [10**21]),
     (("grid", "context_lengths"), [1e21]),
     (("grid", "context_lengths"), [2_000_000_000]),
-    (("grid", "context_lengths"), list(range(1000, 1400))),
+    (("grid", "context_lengths"), list(range(1000, 1400, 8))),
     (("grid", "depths"), {"from": 0, "to": 100, "steps": 100_000, "spacing": "sigmoid"}),
     (("grid", "depths"), {"from": -1e308, "to": 1e308, "steps": 7, "spacing": "sigmoid"}),
     (("grid", "depths"), {"from": 0, "to": 100, "steps": 1_000_000_000}),
@@ -233,11 +233,12 @@ def _small(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def cases(seed: int, count: int) -> Iterator[Case]:
-    """``count`` mutants of the example specs, the same for the same seed."""
-    rng = random.Random(seed)
+def cases(seed: int, count: int, part: int = 0, parts: int = 1) -> Iterator[Case]:
+    """``count`` mutants of the example specs, the same for the same seed; with ``parts``, only every ``parts``-th
+    from ``part`` on. Each case draws from a generator of its own, so a part makes only its own cases."""
     examples = _load_examples()
-    for number in range(count):
+    for number in range(part, count, parts):
+        rng = random.Random(f"{seed}:{number}")
         name, original = rng.choice(examples)
         data = _small(original) if rng.random() < 0.9 else copy.deepcopy(original)
         notes = []
@@ -375,7 +376,7 @@ def _feed(stdin: Any, pending: list[Case]) -> None:
 def campaign(seed: int, count: int, part: int = 0, parts: int = 1) -> Campaign:
     """Run ``count`` cases in a worker process; a worker that dies (the memory cap) is restarted after its case.
     With ``parts``, only every ``parts``-th case from ``part`` on: the parts of one campaign run side by side."""
-    all_cases = list(cases(seed, count))[part::parts]
+    all_cases = list(cases(seed, count, part, parts))
     codes: Counter[str] = Counter()
     failures: list[str] = []
     started = time.monotonic()
@@ -430,7 +431,7 @@ def main() -> None:
         worker()
         return
     if args.show is not None:
-        case = list(cases(args.seed, args.show + 1))[args.show]
+        case = next(cases(args.seed, args.show + 1, args.show, args.show + 1))
         print(f"# {case.base}: {case.mutation}")
         print(case.text)
         return

@@ -163,11 +163,11 @@ def test_a_killed_local_run_resumes_where_it_stopped(tmp_path):
 
 @pytest.mark.parametrize(
     "lengths",
-    [pytest.param("[1000]", id="its shortest length"), pytest.param(None, id="whole", marks=pytest.mark.slow)],
+    [pytest.param("[500]", id="one short length"), pytest.param(None, id="whole", marks=pytest.mark.slow)],
 )
 def test_quickstart_end_to_end(tmp_path, cli, lengths):
     """The README's first command, in-process: a real model's answers and the full report. The default run asks
-    the quickstart at its shortest length (a tenth of the tokens); the whole grid runs under `-m slow`."""
+    the quickstart at one short length (a twentieth of the tokens); the whole grid runs under `-m slow`."""
     spec = ROOT / "specs" / "quickstart.yaml"
     if lengths is not None:
         text = spec.read_text().replace("context_lengths: [1000, 2000, 4000]", f"context_lengths: {lengths}")

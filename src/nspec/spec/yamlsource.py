@@ -8,8 +8,10 @@ with both lines, and scalars YAML would silently turn into dates keep their sour
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +124,11 @@ def parse_document(raw: bytes, name: str) -> Document:
     if root is None:
         raise SpecError([SpecIssue(Location(name, 1, 1), "", "the file is empty; a spec starts with `nspec: 1`")])
     builder = _Builder(name)
+    blown = _expansion_limit(root)
+    if blown is not None:
+        node, path = blown
+        builder.issue(node, path, f"the document expands to more than {MAX_VALUES:,} values (aliases?)")
+        raise SpecError(builder.issues)
     data = builder.build(root, ())
     if builder.issues:
         raise SpecError(builder.issues)
@@ -130,7 +137,19 @@ def parse_document(raw: bytes, name: str) -> Document:
 
 def _check_depth(text: str, name: str) -> None:
     """Refuse nesting deeper than `MAX_DEPTH` before composing: the parser's events come one at a time, whereas
-    composing (and every later walk) recurses once per level."""
+    composing (and every later walk) recurses once per level. ruamel's scanner looks ahead over a run of flow
+    brackets at a cost quadratic in its length, so a text whose brackets (outside quotes and comments) go too deep is
+    first checked only up to where they do: the parser refuses it there, in a few dozen events."""
+    cut = _bracket_overflow(text)
+    if cut is not None:
+        try:
+            _check_event_depth(text[:cut], name)
+        except YAMLError:  # the cut fell inside something the bracket count misread (a block scalar): read it all
+            pass
+    _check_event_depth(text, name)
+
+
+def _check_event_depth(text: str, name: str) -> None:
     depth = 0
     for event in YAML(typ="safe", pure=True).parse(io.StringIO(text)):
         if isinstance(event, CollectionStartEvent):
@@ -141,6 +160,75 @@ def _check_depth(text: str, name: str) -> None:
                 raise SpecError([SpecIssue(where, "", f"nested more than {MAX_DEPTH} levels deep; no spec needs that")])
         elif isinstance(event, CollectionEndEvent):
             depth -= 1
+
+
+_FLOW_SKIP = re.compile(r"""'(?:[^']|'')*'?|"(?:[^"\\]|\\.)*"?|(?:^|(?<=\s))#[^\n]*""", re.MULTILINE)
+_FLOW_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _bracket_overflow(text: str) -> int | None:
+    """Where flow brackets, counted outside quotes and comments, first nest deeper than `MAX_DEPTH` (the index
+    just past that bracket), or None. A quick estimate: the parser has the last word."""
+    depth = 0
+    pos = 0
+    for skip in itertools.chain(_FLOW_SKIP.finditer(text), [None]):
+        end = len(text) if skip is None else skip.start()
+        for bracket in _FLOW_BRACKET.finditer(text, pos, end):
+            depth += 1 if bracket.group() in "[{" else -1
+            if depth > MAX_DEPTH:
+                return bracket.end()
+            depth = max(depth, 0)
+        if skip is not None:
+            pos = skip.end()
+    return None
+
+
+def _children(node: Node) -> list[tuple[str | int, Node]]:
+    if isinstance(node, MappingNode):
+        return [(str(k.value), v) for k, v in node.value]
+    if isinstance(node, SequenceNode):
+        return list(enumerate(node.value))
+    return []
+
+
+def _expansion_limit(root: Node) -> tuple[Node, Path] | None:
+    """Where building the document would pass `MAX_VALUES` values, or None. Aliases make the node graph a DAG that
+    expands exponentially ("billion laughs"): counting each shared node once keeps this linear in the file, where
+    building value by value would take seconds to reach the limit. A loop counts as one value (the builder refuses
+    it)."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+
+    def size(node: Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if id(node) in visiting:
+            return 1
+        visiting.add(id(node))
+        total = 1
+        for _, child in _children(node):
+            total += size(child)
+            if total > MAX_VALUES:
+                break
+        visiting.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    if size(root) <= MAX_VALUES:
+        return None
+    node, path, seen = root, (), 0  # walk down to where the builder, counting in order, would pass the limit
+    while True:
+        seen += 1
+        if seen > MAX_VALUES:
+            return node, path
+        for key, child in _children(node):
+            if seen + sizes.get(id(child), 1) > MAX_VALUES:
+                node, path = child, (*path, key)
+                break
+            seen += sizes.get(id(child), 1)
+        else:
+            return node, path
 
 
 def _syntax_issue(exc: MarkedYAMLError, name: str, text: str) -> SpecIssue:

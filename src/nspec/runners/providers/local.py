@@ -155,7 +155,8 @@ class Engine:
         params.n_ctx = 0  # the model's trained context
         params.n_parallel = slots
         params.kv_unified = True  # the slots share that context
-        threads = os.cpu_count() or 1
+        # The cores this process may run on (a container's or a pinned process's share), not the machine's.
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.verbosity = -1
