@@ -7,13 +7,14 @@ with both lines, and scalars YAML would silently turn into dates keep their sour
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -142,10 +143,9 @@ def _check_depth(text: str, name: str) -> None:
     first checked only up to where they do: the parser refuses it there, in a few dozen events."""
     cut = _bracket_overflow(text)
     if cut is not None:
-        try:
+        # A YAML error here means the cut fell inside something the bracket count misread (a block scalar, say).
+        with contextlib.suppress(YAMLError):
             _check_event_depth(text[:cut], name)
-        except YAMLError:  # the cut fell inside something the bracket count misread (a block scalar): read it all
-            pass
     _check_event_depth(text, name)
 
 
@@ -217,7 +217,8 @@ def _expansion_limit(root: Node) -> tuple[Node, Path] | None:
 
     if size(root) <= MAX_VALUES:
         return None
-    node, path, seen = root, (), 0  # walk down to where the builder, counting in order, would pass the limit
+    # Walk down to where the builder, counting in order, would pass the limit.
+    node, path, seen = root, cast(Path, ()), 0
     while True:
         seen += 1
         if seen > MAX_VALUES:
