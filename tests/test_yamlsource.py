@@ -48,6 +48,40 @@ def test_alias_bomb_is_refused():
     assert "expands to more than 200,000 values (aliases?)" in msg
 
 
+def test_an_alias_bomb_is_refused_where_building_would_pass_the_limit():
+    """Counted on the node graph (each shared node once), the refusal names the value the builder would have
+    reached, without building a fifth of a million values first."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    assert messages(bomb) == [
+        "x.yaml:1:23: g[0][0][0][1][2][0][5]: the document expands to more than 200,000 values (aliases?)"
+    ]
+    shared = parse("a: &a [1, 2]\nb: [*a, *a, *a]\n").data  # shared nodes, below the limit: built as usual
+    assert shared == {"a": [1, 2], "b": [[1, 2], [1, 2], [1, 2]]}
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [("[" * 5000 + "]" * 5000, "x.yaml:1:65"), ("k: " + "[{k: " * 750 + "1" + "}]" * 750, "x.yaml:1:160")],
+)
+def test_deep_flow_nesting_is_refused_where_it_passes_the_limit(text, where):
+    assert messages(text) == [f"{where}: nested more than 64 levels deep; no spec needs that"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: '" + "[" * 5000 + "'\n",  # brackets in quotes,
+        'a: "' + "{" * 500 + '\\" ["\n',  # with an escaped quote,
+        "a: |\n  " + "[" * 500 + "\nb: 1\n",  # in a block scalar (the bracket count is fooled; the parser is not)
+        "# " + "[" * 500 + "\na: 1\n",  # in a comment
+    ],
+)
+def test_brackets_that_are_text_are_not_nesting(text):
+    assert parse(text).data
+
+
 def test_merge_keys_are_refused():
     assert messages("base: &b {x: 1}\nother:\n  <<: *b\n") == [
         "x.yaml:3:3: other: merge keys (<<) are not supported; use `include:` or `defaults:`"
