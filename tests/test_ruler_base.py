@@ -1,8 +1,9 @@
-"""RULER's way of meeting a length: the largest size on its step that fits, found in O(log n) builds."""
+"""RULER's ways of meeting a length: the largest size on its step that fits (before 2025-06), the largest whole size
+that fits (searched once since), each found in few builds."""
 
 import pytest
 
-from nspec.compiler.tasks.ruler.base import largest_fitting
+from nspec.compiler.tasks.ruler.base import largest_fitting, largest_within
 
 
 @pytest.mark.parametrize("step", [1, 5, 25, 500])
@@ -32,3 +33,31 @@ def test_the_largest_fitting_size_is_the_one_ruler_s_linear_growth_stops_at(capa
 def test_a_step_that_is_not_positive_is_a_bug():
     with pytest.raises(ValueError):
         largest_fitting(lambda size: True, 0)
+
+
+@pytest.mark.parametrize("lowest", [1, 5, 25, 500])
+@pytest.mark.parametrize("limit", [None, 300, 70_000])
+@pytest.mark.parametrize("per_unit, fixed", [(0.4, 0), (1.3, 90), (7.0, 310), (38.5, 12)])
+@pytest.mark.parametrize("room", [50, 4_000, 131_000])
+def test_the_largest_whole_size_within_the_room_is_ruler_s_binary_search_s_in_a_handful_of_counts(
+    lowest, limit, per_unit, fixed, room
+):
+    calls = []
+
+    def count(size):  # near-linear and growing, as a prompt's tokens are
+        calls.append(size)
+        return fixed + int(per_unit * size) + size // 3
+
+    floor = lowest if limit is None else min(lowest, limit)
+    lower, upper, found = floor, max(3 * room, 2 * floor), None  # RULER's binary search, bounds as it sets them
+    if limit is not None:
+        upper = min(upper, limit)
+    while lower <= upper:
+        middle = (lower + upper) // 2
+        if count(middle) <= room:
+            found, lower = middle, middle + 1
+        else:
+            upper = middle - 1
+    calls.clear()
+    assert largest_within(count, room, lowest, limit) == (found or 0)
+    assert len(calls) <= 12

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from nspec import corpora
-from nspec.compiler.tasks.ruler import family
+from nspec.compiler.tasks.ruler import family, niah
 from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
@@ -334,3 +334,27 @@ def test_the_ruler_scorer_grades_each_cell_by_its_task_s_metric():
     by_all = grade(answer, expected=expected, scoring=[{"ruler": True}], require="all", data=niah_cell)
     assert (by_part.scorer, by_part.score, by_part.verdict) == ("string_match_part", 1.0, "pass")
     assert (by_all.scorer, by_all.score, by_all.verdict) == ("string_match_all", 0.5, "fail")
+
+
+def test_ruler_s_size_rule_one_search_on_the_first_sample_then_a_step_off_while_a_sample_overflows(
+    folder, cli, tmp_path
+):
+    """RULER (since 2025-06): the largest whole size at which one sample fits is searched once per task and length;
+    every sample is built at it, taking RULER's step off while it overflows."""
+    (folder / "mine.yaml").write_text(mine("niah_multikey_2", trials=8))
+    cells = sorted((cell for cell, _ in lines(compiled(cli, "mine.yaml", tmp_path / "out"))), key=lambda c: c["trial"])
+    step, room = 25, 4096 - ruler_reserve("niah_multikey_2")
+    tokens = encoding("o200k_base")
+
+    def count(sample, size):  # the prompt as an OpenAI model gets it: the answer prefix ends the user turn
+        built = niah.Niah(niah.TASKS["niah_multikey_2"], (42, "niah_multikey_2"), sample).build(size)
+        return chat_framing(1) + tokens.count(f"{built.text}\n{built.answer_prefix.rstrip()}")
+
+    searched = cells[0]["size"]
+    assert count(0, searched) == cells[0]["context_length"]["prompt"] <= room < count(0, searched + 1)
+    sizes = [cell["size"] for cell in cells]
+    for sample, size in enumerate(sizes):
+        assert (searched - size) % step == 0 and count(sample, size) <= room
+        if size < searched:
+            assert count(sample, size + step) > room
+    assert searched % step and len(set(sizes)) > 1  # neither the old rule's multiples of the step, nor all alike

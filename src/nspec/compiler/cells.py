@@ -42,7 +42,7 @@ from .counts_file import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
 from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, trial_order
 from .tasks import Draft, Fill, Fixed, Setup, Sized, Slot, Task, registry
-from .tasks.ruler.base import Built, largest_fitting
+from .tasks.ruler.base import Built, largest_fitting, largest_within
 from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
@@ -545,17 +545,23 @@ class CellMaker:
         def at(size: int) -> tuple[Built, Prompt, int, bool]:
             if size not in tried:
                 built = sized.build(size)
-                turns = (*built.history, Turn("user", built.text))
-                prompt = Prompt(system, turns, built.answer_prefix or None)
-                prompt = as_sent(model.api, model.entry, prompt)
+                prompt = _sized_prompt(model, system, built)
                 tried[size] = (built, prompt, *self._prompt_tokens(model, prompt))
             return tried[size]
 
-        # The last sample's size at this length: most samples fit within a step of it, found in two or three builds.
+        def fits(size: int) -> bool:
+            return at(size)[2] + reserve <= target
+
         key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, made.identity], sort_keys=True))
-        near = self._sizes.get(key)
-        size = largest_fitting(lambda n: at(n)[2] + reserve <= target, sized.step, sized.limit, near=near)
-        self._sizes[key] = size
+        if sized.searched_on is None:
+            # The last sample's size at this length: most samples fit within a step of it, found in two or three
+            # builds.
+            size = largest_fitting(fits, sized.step, sized.limit, near=self._sizes.get(key))
+            self._sizes[key] = size
+        else:
+            size = self._searched_size(key, slot, made, sized, target - reserve)
+            while size > 0 and not fits(size):  # RULER takes a step off while the sample overflows
+                size = size - sized.step if size > sized.step else 0
         if size == 0:
             cid = cell_id(model, {"model": model.label, **self._identity(slot, made)})
             raise CompileError(
@@ -566,6 +572,20 @@ class CellMaker:
         expected = [*made.expected, *built.expected]
         data = {**made.data, **built.data}
         return self._generated_cell(slot, made, prompt, tokens, exact, expected, data, size, reserve)
+
+    def _searched_size(self, key: tuple[str, str, int, str], slot: _Slot, made: Draft, sized: Sized, room: int) -> int:
+        """The largest whole size from ``sized.step`` up at which ``sized.searched_on``'s sample fits ``room``
+        tokens, found once per ``key``."""
+        searched = self._sizes.get(key)
+        if searched is None:
+            build, model, system = sized.searched_on, slot.model, self._system(slot, made)
+            assert build is not None
+
+            def count(size: int) -> int:
+                return self._prompt_tokens(model, _sized_prompt(model, system, build(size)))[0]
+
+            searched = self._sizes[key] = largest_within(count, room, sized.step, sized.limit)
+        return searched
 
     def _fixed_cell(self, slot: _Slot, made: Draft, fixed: Fixed) -> Cell | None:
         """The draft's cell if the slot's length is the smallest grid length it fits; None otherwise (a draft that
@@ -815,3 +835,9 @@ class CellMaker:
         reserve = slot.prompt.get("reserve_tokens", 300)
         per_token = slot.model.tokenizer.scale(1_000_000) / 1_000_000
         return max(0, int((length - reserve) / per_token) - head)
+
+
+def _sized_prompt(model: Model, system: str | None, built: Built) -> Prompt:
+    """A sized build as its model is sent it: its history, its text as the last user turn, its answer prefix."""
+    prompt = Prompt(system, (*built.history, Turn("user", built.text)), built.answer_prefix or None)
+    return as_sent(model.api, model.entry, prompt)

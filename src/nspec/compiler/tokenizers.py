@@ -62,6 +62,7 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
 DEFAULT_PROXY_MARGIN = 0.2
 _MEMO_CHARACTERS = 512  # texts this short have their counts kept (up to _MEMO_ENTRIES of them, then start afresh)
 _MEMO_ENTRIES = 100_000
+_RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
 
 
 class TokenLengths(Protocol):
@@ -125,6 +126,8 @@ class TiktokenTokenizer:
     margin: float = 0.0
     # Counts of short texts: fitting a context counts the same templates, needles and joins again and again.
     _counted: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record.
+    _recent: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def encoding_name(self) -> str:
@@ -137,13 +140,15 @@ class TiktokenTokenizer:
         return self.own_count(text)
 
     def own_count(self, text: str) -> int:
-        tokens = self._counted.get(text)
+        memo = self._counted if len(text) <= _MEMO_CHARACTERS else self._recent
+        tokens = memo.get(text)  # a long text's hash is computed once per string object, then kept by it
         if tokens is None:
             tokens = len(self.encoding.encode_ordinary(text))
-            if len(text) <= _MEMO_CHARACTERS:
-                if len(self._counted) >= _MEMO_ENTRIES:
-                    self._counted.clear()
-                self._counted[text] = tokens
+            if memo is self._counted and len(memo) >= _MEMO_ENTRIES:
+                memo.clear()
+            elif memo is self._recent and len(memo) >= _RECENT_ENTRIES:
+                del memo[next(iter(memo))]
+            memo[text] = tokens
         return tokens
 
     def scale(self, tokens: int) -> int:

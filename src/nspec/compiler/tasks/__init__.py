@@ -51,15 +51,22 @@ class Fill:
 
 @dataclass(frozen=True)
 class Sized:
-    """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. The cell gets the
-    largest multiple of ``step`` (up to ``limit``) whose prompt — ``Built.history``'s turns then ``Built.text`` as
-    the last user turn, its answer prefix as the prefill — plus the answer budget (``reserve`` where the family sets
-    one, else the prompt's `reserve_tokens`) fits the length."""
+    """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. A size *fits* when
+    the prompt — ``Built.history``'s turns then ``Built.text`` as the last user turn, its answer prefix as the
+    prefill — plus the answer budget (``reserve`` where the family sets one, else the prompt's `reserve_tokens`) is
+    within the length. The cell gets:
+
+    - without ``searched_on``: the largest multiple of ``step`` (up to ``limit``) that fits;
+    - with ``searched_on`` (RULER's rule since 2025-06): the largest whole size (up to ``limit``) at which the
+      sample ``searched_on`` builds fits is found once per model, prompt, length and task; each sample is built at
+      that size, less ``step`` while it does not fit.
+    """
 
     build: Callable[[int], Built]
     step: int = 1
     limit: int | None = None
     reserve: int | None = None  # the answer budget the family sets (RULER's tokens to generate): the cell's reserve
+    searched_on: Callable[[int], Built] | None = None  # the build of the sample the size is searched on, once
 
 
 @dataclass(frozen=True)

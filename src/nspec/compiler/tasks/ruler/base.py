@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,3 +66,43 @@ def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = 
         else:
             high = middle
     return low * step
+
+
+def largest_within(count: Callable[[int], int], room: int, lowest: int = 1, limit: int | None = None) -> int:
+    """The largest whole size from ``lowest`` up (to ``limit`` when one is given) whose ``count`` is within
+    ``room``; 0 when even ``lowest``'s is not. RULER binary-searches this size once per task and length.
+
+    ``count`` must grow with the size. A prompt's tokens grow almost linearly in it, so each guess interpolates
+    between the sizes counted so far (extrapolates, before one overflows): a handful of calls of ``count`` (each
+    builds and counts a whole context) instead of a binary search's twenty. A guess that closes less than half of
+    the interval is followed by a bisection, so the worst case stays logarithmic.
+    """
+    low = lowest if limit is None else min(lowest, limit)
+    at_low = count(low)
+    if at_low > room:
+        return 0
+    high: int | None = None  # the smallest size known to overflow
+    at_high = 0
+    previous: tuple[int, int] | None = None  # the last size that fitted before ``low``, for the slope
+    bisect = False
+    while high is None or high - low > 1:
+        if high is None:
+            if limit is not None and low >= limit:
+                return limit
+            slope = (at_low - previous[1]) / (low - previous[0]) if previous else at_low / low
+            guess = low + max(1, math.ceil((room - at_low) / max(slope, 1e-9)) + 1)
+            if limit is not None and guess >= limit:
+                guess = limit
+        elif bisect:
+            guess = (low + high) // 2
+        else:
+            guess = low + round((room - at_low) * (high - low) / max(at_high - at_low, 1))
+        guess = max(low + 1, guess if high is None else min(high - 1, guess))
+        width = None if high is None else high - low
+        at_guess = count(guess)
+        if at_guess <= room:
+            previous, (low, at_low) = (low, at_low), (guess, at_guess)
+        else:
+            high, at_high = guess, at_guess
+        bisect = width is not None and (high - low) * 2 > width
+    return low

@@ -197,7 +197,9 @@ class RulerCells:
         built, step, limit = self._generator(slot)
         task = self.task
         data = {"task": self.name, "metric": task.metric}
-        sized = Sized(self._checked(built, slot), step, limit, reserve=task.tokens_to_generate)
+        # RULER's size search (since 2025-06), on one sample: the first. fwe keeps its own loop (docs/ruler.md).
+        searched_on = None if task.kind == "fwe" else self._checked(self._generator(replace(slot, trial=0))[0], slot)
+        sized = Sized(self._checked(built, slot), step, limit, task.tokens_to_generate, searched_on)
         yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
 
     def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:
