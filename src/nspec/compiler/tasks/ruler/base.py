@@ -104,5 +104,5 @@ def largest_within(count: Callable[[int], int], room: int, lowest: int = 1, limi
             previous, (low, at_low) = (low, at_low), (guess, at_guess)
         else:
             high, at_high = guess, at_guess
-        bisect = width is not None and (high - low) * 2 > width
+        bisect = width is not None and high is not None and (high - low) * 2 > width
     return low
