@@ -16,6 +16,7 @@ import functools
 import gzip
 import hashlib
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -60,9 +61,17 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
 # How much higher than a proxy's count a model's real count may be, unless the spec says: newer tokenizers of one
 # vendor make up to 1.35-1.47x the tokens of earlier ones on the same text (ANCHORS-2026 §6): no factor is safe.
 DEFAULT_PROXY_MARGIN = 0.2
-_MEMO_CHARACTERS = 512  # texts this short have their counts kept (up to _MEMO_ENTRIES of them, then start afresh)
-_MEMO_ENTRIES = 100_000
+_MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts kept
+_PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
+_MEMO_ENTRIES = 50_000  # counts kept, at most (then start afresh): 200 MB at worst, a few MB as a rule
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
+# Where tiktoken's encodings (o200k, cl100k and the GPT-2 family alike) always split a text before merging: before
+# the space of a sentence mark, space and capital (". The"). No piece of their pre-tokenising patterns runs across
+# such a point, and a piece's tokens do not depend on what is around it, so a text's count is the sum of its parts'
+# counts there (tests/test_tokenizers.py checks it on essays, noise and generated text). Only sentences ending in
+# "e" end a part: parts of several sentences, cut where the text itself says (the same sentences, the same parts,
+# wherever they stand), cost less to look up than they save.
+_SENTENCE_JUNCTION = re.compile(r"(?<=e[.!?])(?= [A-Z])")
 
 
 class TokenLengths(Protocol):
@@ -140,15 +149,26 @@ class TiktokenTokenizer:
         return self.own_count(text)
 
     def own_count(self, text: str) -> int:
-        memo = self._counted if len(text) <= _MEMO_CHARACTERS else self._recent
-        tokens = memo.get(text)  # a long text's hash is computed once per string object, then kept by it
+        if len(text) <= _MEMO_CHARACTERS:
+            return self._part_count(text)
+        tokens = self._recent.get(text)  # a long text's hash is computed once per string object, then kept by it
+        if tokens is None:
+            # Part by part: a long prompt repeats the sentences of other prompts (the same essay, noise or documents
+            # at other sizes and in other samples), and each part is counted once.
+            tokens = sum(map(self._part_count, _SENTENCE_JUNCTION.split(text)))
+            if len(self._recent) >= _RECENT_ENTRIES:
+                del self._recent[next(iter(self._recent))]
+            self._recent[text] = tokens
+        return tokens
+
+    def _part_count(self, text: str) -> int:
+        tokens = self._counted.get(text)
         if tokens is None:
             tokens = len(self.encoding.encode_ordinary(text))
-            if memo is self._counted and len(memo) >= _MEMO_ENTRIES:
-                memo.clear()
-            elif memo is self._recent and len(memo) >= _RECENT_ENTRIES:
-                del memo[next(iter(memo))]
-            memo[text] = tokens
+            if len(text) <= _PART_CHARACTERS:
+                if len(self._counted) >= _MEMO_ENTRIES:
+                    self._counted.clear()
+                self._counted[text] = tokens
         return tokens
 
     def scale(self, tokens: int) -> int:
