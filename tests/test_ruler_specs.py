@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from nspec import corpora
-from nspec.compiler.tasks.ruler import family, niah
+from nspec.compiler.tasks.ruler import family, fwe, niah
 from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
@@ -336,25 +336,42 @@ def test_the_ruler_scorer_grades_each_cell_by_its_task_s_metric():
     assert (by_all.scorer, by_all.score, by_all.verdict) == ("string_match_all", 0.5, "fail")
 
 
+# A task's sample built directly, its step at 4096, and the grid its size is searched on (first size, spacing).
+SIZE_RULES = {
+    "niah_multikey_2": (
+        lambda sample: niah.Niah(niah.TASKS["niah_multikey_2"], (42, "niah_multikey_2"), sample),
+        25,
+        1,
+    ),
+    "fwe": (lambda sample: fwe.FrequentWords((42, "fwe"), sample, 4096), fwe.step(4096), fwe.step(4096)),
+}
+
+
+@pytest.mark.parametrize("task", sorted(SIZE_RULES))
 def test_ruler_s_size_rule_one_search_on_the_first_sample_then_a_step_off_while_a_sample_overflows(
-    folder, cli, tmp_path
+    task, folder, cli, tmp_path
 ):
-    """RULER (since 2025-06): the largest whole size at which one sample fits is searched once per task and length;
-    every sample is built at it, taking RULER's step off while it overflows."""
-    (folder / "mine.yaml").write_text(mine("niah_multikey_2", trials=8))
+    """RULER: the largest size on its grid (every whole size; fwe's from (L - 50) // 6 by its step) at which one
+    sample fits is searched once per task and length; every sample is built at it, less the step while it
+    overflows."""
+    (folder / "mine.yaml").write_text(mine(task, trials=8))
     cells = sorted((cell for cell, _ in lines(compiled(cli, "mine.yaml", tmp_path / "out"))), key=lambda c: c["trial"])
-    step, room = 25, 4096 - ruler_reserve("niah_multikey_2")
+    sample_of, step, spacing = SIZE_RULES[task]
+    room = 4096 - ruler_reserve(task)
     tokens = encoding("o200k_base")
 
     def count(sample, size):  # the prompt as an OpenAI model gets it: the answer prefix ends the user turn
-        built = niah.Niah(niah.TASKS["niah_multikey_2"], (42, "niah_multikey_2"), sample).build(size)
+        built = sample_of(sample).build(size)
         return chat_framing(1) + tokens.count(f"{built.text}\n{built.answer_prefix.rstrip()}")
 
     searched = cells[0]["size"]
-    assert count(0, searched) == cells[0]["context_length"]["prompt"] <= room < count(0, searched + 1)
+    assert count(0, searched) == cells[0]["context_length"]["prompt"] <= room < count(0, searched + spacing)
     sizes = [cell["size"] for cell in cells]
     for sample, size in enumerate(sizes):
         assert (searched - size) % step == 0 and count(sample, size) <= room
         if size < searched:
             assert count(sample, size + step) > room
-    assert searched % step and len(set(sizes)) > 1  # neither the old rule's multiples of the step, nor all alike
+    if task == "fwe":
+        assert (searched - fwe.first_size(4096)) % step == 0
+    else:
+        assert searched % step and len(set(sizes)) > 1  # not the old rule's multiples of the step; not all alike

@@ -553,7 +553,7 @@ class CellMaker:
             return at(size)[2] + reserve <= target
 
         key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, made.identity], sort_keys=True))
-        if sized.searched_on is None:
+        if sized.search is None:
             # The last sample's size at this length: most samples fit within a step of it, found in two or three
             # builds.
             size = largest_fitting(fits, sized.step, sized.limit, near=self._sizes.get(key))
@@ -574,17 +574,22 @@ class CellMaker:
         return self._generated_cell(slot, made, prompt, tokens, exact, expected, data, size, reserve)
 
     def _searched_size(self, key: tuple[str, str, int, str], slot: _Slot, made: Draft, sized: Sized, room: int) -> int:
-        """The largest whole size from ``sized.step`` up at which ``sized.searched_on``'s sample fits ``room``
-        tokens, found once per ``key``."""
+        """The largest size on ``sized.search``'s grid at which its sample fits ``room`` tokens (0 if none does),
+        found once per ``key``."""
         searched = self._sizes.get(key)
         if searched is None:
-            build, model, system = sized.searched_on, slot.model, self._system(slot, made)
-            assert build is not None
+            search, model, system = sized.search, slot.model, self._system(slot, made)
+            assert search is not None
 
-            def count(size: int) -> int:
-                return self._prompt_tokens(model, _sized_prompt(model, system, build(size)))[0]
+            def size(k: int) -> int:  # the k-th size of the grid, from 1
+                return search.first + (k - 1) * search.step
 
-            searched = self._sizes[key] = largest_within(count, room, sized.step, sized.limit)
+            def count(k: int) -> int:
+                return self._prompt_tokens(model, _sized_prompt(model, system, search.build(size(k))))[0]
+
+            last = None if sized.limit is None else (sized.limit - search.first) // search.step + 1
+            k = largest_within(count, room, 1, last) if last is None or last >= 1 else 0
+            searched = self._sizes[key] = size(k) if k else 0
         return searched
 
     def _fixed_cell(self, slot: _Slot, made: Draft, fixed: Fixed) -> Cell | None:

@@ -50,23 +50,32 @@ class Fill:
 
 
 @dataclass(frozen=True)
+class SizeSearch:
+    """RULER's way to a size (since 2025-06): the largest size on the grid ``first``, ``first + step``, ... at
+    which the sample ``build`` makes fits, searched once per model, prompt, length and task."""
+
+    build: Callable[[int], Built]
+    first: int
+    step: int = 1
+
+
+@dataclass(frozen=True)
 class Sized:
     """A context the family generates at a size: ``build(size)`` is pure and grows with ``size``. A size *fits* when
     the prompt — ``Built.history``'s turns then ``Built.text`` as the last user turn, its answer prefix as the
     prefill — plus the answer budget (``reserve`` where the family sets one, else the prompt's `reserve_tokens`) is
     within the length. The cell gets:
 
-    - without ``searched_on``: the largest multiple of ``step`` (up to ``limit``) that fits;
-    - with ``searched_on`` (RULER's rule since 2025-06): the largest whole size (up to ``limit``) at which the
-      sample ``searched_on`` builds fits is found once per model, prompt, length and task; each sample is built at
-      that size, less ``step`` while it does not fit.
+    - without ``search``: the largest multiple of ``step`` (up to ``limit``) that fits;
+    - with ``search`` (RULER's rule): the size searched once (up to ``limit``), less ``step`` while this sample
+      does not fit there.
     """
 
     build: Callable[[int], Built]
     step: int = 1
     limit: int | None = None
     reserve: int | None = None  # the answer budget the family sets (RULER's tokens to generate): the cell's reserve
-    searched_on: Callable[[int], Built] | None = None  # the build of the sample the size is searched on, once
+    search: SizeSearch | None = None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 parameter names the task, so that one spec runs one task, or all 13 with `grid.params: {task: [...]}` (the task an
 axis of the report, RULER's table).
 
-Every cell is a `Sized` draft over the task's generator (`niah`, `vt`, `cwe`, `fwe`, `qa`): built at the largest
-size on RULER's step (its ``incremental`` at the length) whose prompt, answer prefix and RULER's tokens to generate
-fit the length in the model's tokens; the answer prefix is the prefill (an assistant turn where the provider
+Every cell is a `Sized` draft over the task's generator (`niah`, `vt`, `cwe`, `fwe`, `qa`), sized as RULER sizes
+it: the largest size at which the first sample's prompt, answer prefix and RULER's tokens to generate fit the length
+in the model's tokens is searched once per task and length (every whole size from RULER's step, its
+``incremental``, up; fwe's grid from (L - 50) // 6 words by its step), and each sample is built at it, less the step
+while it does not fit; the answer prefix is the prefill (an assistant turn where the provider
 continues one, the end of the user turn where not), RULER's tokens to generate the cell's reserve and default
 `max_tokens`. Trial ``i`` is RULER's sample ``i``; the draws are seeded by the spec's seed and the task's name.
 
@@ -24,7 +26,7 @@ from typing import Any
 
 from nspec.errors import CompileError, UserError
 
-from .. import Draft, ParamError, Setup, Sized, Slot
+from .. import Draft, ParamError, Setup, Sized, SizeSearch, Slot
 from . import cwe, fwe, niah, qa, vt
 from .base import Built
 from .haystacks import Essay
@@ -197,9 +199,12 @@ class RulerCells:
         built, step, limit = self._generator(slot)
         task = self.task
         data = {"task": self.name, "metric": task.metric}
-        # RULER's size search (since 2025-06), on one sample: the first. fwe keeps its own loop (docs/ruler.md).
-        searched_on = None if task.kind == "fwe" else self._checked(self._generator(replace(slot, trial=0))[0], slot)
-        sized = Sized(self._checked(built, slot), step, limit, task.tokens_to_generate, searched_on)
+        # RULER's size search, once, on one sample (the first): binary, over every whole size from its step up; fwe's
+        # (its own loop, older than the rest) grown from (L - 50) // 6 words by its step.
+        first = self._checked(self._generator(replace(slot, trial=0))[0], slot)
+        grid = (fwe.first_size(slot.length), step) if task.kind == "fwe" else (step, 1)
+        search = SizeSearch(first, *grid)
+        sized = Sized(self._checked(built, slot), step, limit, task.tokens_to_generate, search)
         yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
 
     def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:

@@ -50,9 +50,17 @@ def zeta(s: float) -> float:
     return total + tail
 
 
+CODED_WORD_LENGTH = 6  # RULER's --coded_wordlen
+
+
 def step(max_seq_length: int) -> int:
     """RULER's increment of ``num_words`` at a length: (L - 50) // 32."""
     return (max_seq_length - TOKENS_TO_GENERATE) // 32
+
+
+def first_size(max_seq_length: int) -> int:
+    """Where RULER's search for ``num_words`` starts at a length: (L - 50) // 6, a word per coded word's letters."""
+    return (max_seq_length - TOKENS_TO_GENERATE) // CODED_WORD_LENGTH
 
 
 def counts(num_words: int, vocab_size: int, alpha: float) -> list[int]:
@@ -71,7 +79,7 @@ class FrequentWords:
         sample: int,
         max_seq_length: int,
         alpha: float = 2.0,
-        coded_wordlen: int = 6,
+        coded_wordlen: int = CODED_WORD_LENGTH,
         vocab_size: int = -1,
     ) -> None:
         self.seed, self.sample, self.alpha = seed, sample, alpha
