@@ -630,3 +630,69 @@ def test_a_judge_prompt_that_cannot_be_sent_is_refused(cli, spec_file, judge, me
         assert result.code == 2, (command, result.err)
         assert f"spec.yaml:{message}" in result.err, (command, result.err)
         assert "Traceback" not in result.err
+
+
+# -- a context length too short for what compile puts in every cell: refused alike by validate, plan and compile ------
+
+LOCAL_QUESTIONS = '{"item": "i1", "question": "When did ship 1 leave?", "answer": "1"}\n'
+
+
+@pytest.mark.parametrize(
+    "spec, at, message",
+    [
+        (
+            BASE.replace("[1000]", "[20]").replace('"}', '", reserve_tokens: 5}'),
+            "spec.yaml:9:25",
+            "(openai/gpt-4.1-mini, length 20): the prompt and needles alone need more than 20 tokens",
+        ),
+        (
+            BASE.replace("[1000]", "[10]")
+            .replace("{corpus: austen}", "{corpus: austen, boundary: period-token}")
+            .replace('"}', '", reserve_tokens: 5}'),
+            "spec.yaml:9:25",
+            "(openai/gpt-4.1-mini, length 10): the needles alone need 8 of the 5 context tokens",
+        ),
+        (
+            STACK_SPEC.replace("[1000]", "[20]").replace('"}', '", reserve_tokens: 5}'),
+            "spec.yaml:4:25",
+            "(openai/gpt-4.1-mini, length 20): the prompt and needles alone need more than 20 tokens",
+        ),
+        (
+            BASE.replace(BASE[BASE.index("needles:") : BASE.index("grid:")], "task: {name: nolima}\n").replace(
+                "[1000]", "[310]"
+            ),
+            "spec.yaml:5:25",
+            "(openai/gpt-4.1-mini, length 310): the prompt and needles alone need more than 310 tokens",
+        ),
+        (
+            BASE.replace(
+                BASE[BASE.index("needles:") : BASE.index("grid:")],
+                "task: {name: context-rot, params: {distractors: 4}}\n",
+            ).replace("[1000]", "[360]"),
+            "spec.yaml:5:25",
+            "(openai/gpt-4.1-mini, length 360): the prompt and needles alone need more than 360 tokens",
+        ),
+        (
+            "nspec: 1\nname: t\ntask: graphwalks\ngrid: {context_lengths: [400]}\nprompt: {reserve_tokens: 256}\n"
+            "models: [{id: openai/gpt-4.1-mini}]\n",
+            "spec.yaml:4:25",
+            "(openai/gpt-4.1-mini, length 400): the graphwalks task at its smallest size (1) needs more than 144 "
+            "tokens (the length less reserve_tokens 256)",
+        ),
+    ],
+    ids=["needles", "period-token", "stack", "nolima", "context-rot", "graphwalks"],
+)
+def test_a_length_too_short_for_the_prompt_is_refused_alike_by_validate_plan_and_compile(
+    cli, spec_file, tmp_path, spec, at, message
+):
+    (tmp_path / "items.jsonl").write_text(ITEMS)
+    (tmp_path / "q.jsonl").write_text(LOCAL_QUESTIONS)
+    name = spec_file(spec)
+    said = []
+    for command in ("validate", "plan", "compile"):
+        result = cli(command, name)
+        assert result.code == 2 and "Traceback" not in result.err, (command, result.err)
+        said.append(result.lines[0])
+    assert said[0] == said[1] == said[2]
+    assert said[0].startswith(f"{at}: grid.context_lengths: cell openai-gpt-4-1-mini-"), said[0]
+    assert said[0].endswith(message), said[0]

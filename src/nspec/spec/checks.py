@@ -10,7 +10,7 @@ import difflib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from nspec import corpora
@@ -19,7 +19,8 @@ from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.provider_registry import Provider, key_destination_problem, names, provider
-from nspec.compiler.tasks import Family, ParamError, Setup, registry
+from nspec.compiler.tasks import Family, ParamError, registry
+from nspec.compiler.tokenizers import floor_count
 from nspec.errors import CompileError, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
 from nspec.spec.schema import params_issues
@@ -117,7 +118,6 @@ class _Checker:
         task = self.data.get("task")
         if not self.valid(("task",)):
             return
-        before = len(self.issues)
         name = registry.named(self.data)
         try:
             family = registry.family(name)
@@ -151,79 +151,10 @@ class _Checker:
             for issue in params_issues(whole, schema, self.source, at)
             if not any(issue.path.startswith(format_path((*at, k))) for k in checked)
         ]
-        if not self.issues:
-            self.family_checks(family, given, checked, at)
-        if len(self.issues) == before and not family.needs_haystack and self.valid(("grid",)):
-            self.family_task(family, at, given, swept)
         if family.needs_haystack:
             self.haystack_sections(family)
         else:
             self.no_haystack_sections(family)
-        if not any(i.path.startswith(("task", "grid.params")) for i in self.issues):
-            self.family_problems(family, given, checked, at)
-
-    def family_problems(self, family: Family, given: dict[str, Any], swept: dict[str, Any], at: Path) -> None:
-        """What the family would refuse at compile in its parameters at any point of `grid.params` (a data file
-        missing, more samples than it has, a parameter no task it runs takes), located at the parameter."""
-        points = [{**given, **point} for point in registry.points(self.data)]
-
-        def where(param: str) -> tuple[Path, bool]:
-            if param in swept:
-                return ("grid", "params", param), True
-            return ((*at, param), False) if param in given else (at, False)
-
-        for param in getattr(family, "path_params", ()):
-            value = given.get(param)
-            problem = None
-            if isinstance(value, str) and self.confinement is not None:
-                problem = self.confinement.problem(os.path.join(self.base_dir, value))
-            if problem is not None:
-                self.error((*at, param), f"{value} {problem}")
-                return
-        check = getattr(family, "problems", None)
-        for param, message in check(self.data, points, self.base_dir) if check is not None else ():
-            path, at_key = where(param)
-            self.error(path, message, at_key=at_key)
-
-    def family_checks(self, family: Family, given: dict[str, Any], swept: dict[str, list[Any]], at: Path) -> None:
-        """What a family refuses beyond its schema (its data files, a count its data cannot meet), at every point of
-        `grid.params`, through its optional ``check(params, base_dir, confinement)``: each problem located at the
-        parameter's sweep value when it is swept, else at the parameter."""
-        check = getattr(family, "check", None)
-        if check is None:
-            return
-        points: list[dict[str, Any]] = [{}]
-        for key, values in swept.items():
-            points = [{**point, key: (i, value)} for point in points for i, value in enumerate(values)]
-        seen = set()
-        for point in points:
-            for key, message in check(
-                {**given, **{k: v for k, (_, v) in point.items()}}, self.base_dir, self.confinement
-            ):
-                path = ("grid", "params", key, point[key][0]) if key in point else (*at, key) if key in given else at
-                if (path, message) not in seen:
-                    seen.add((path, message))
-                    self.error(path, message)
-
-    def family_task(self, family: Family, at: Path, given: dict[str, Any], swept: dict[str, Any]) -> None:
-        """The family's task at each point of its sweeps, made as compile makes it, so what it refuses of its
-        parameters (a data file not of its shape, a count that cannot be) is refused here, located."""
-        grid = self.data.get("grid")
-        if not isinstance(grid, dict):
-            return
-        seed = self.data.get("seed", 0) if isinstance(self.data.get("seed", 0), int) else 0
-        for point in registry.points(self.data):
-            setup = Setup(self.data, {**given, **point}, None, seed, self.base_dir, self.confinement)
-            try:
-                family.task(setup)
-            except ParamError as exc:
-                key = exc.key[0] if exc.key else None
-                where = ("grid", "params", key, swept[key].index(point[key])) if key in point else (*at, *exc.key)
-                self.error(where, str(exc))
-                return
-            except UserError as exc:
-                self.error(at, str(exc))
-                return
 
     def haystack_sections(self, family: Family) -> None:
         """What a family that fills a haystack needs: the haystack, its depths, a prompt with a user template."""
@@ -768,19 +699,47 @@ class _Checker:
         return None
 
 
-def generated_fit(spec: dict[str, Any], source: SourceMap, base_dir: str) -> list[SpecIssue]:
-    """A family that generates its contexts (`Sized`) at the resolved spec's shortest length, one trial: what compile
-    would refuse there (a length too small for the task's smallest size, more than its context holds), located at
-    `grid.context_lengths`. The shortest length is where a context that cannot fit fails first."""
+def family_fit(
+    spec: dict[str, Any],
+    written: Mapping[str, Any],
+    source: SourceMap,
+    base_dir: str,
+    confinement: Confinement | None,
+) -> list[SpecIssue]:
+    """What compile refuses of a valid, resolved spec once its family makes its tasks and drafts, made as compile
+    makes them: a task at each point of `grid.params` (a parameter it cannot use as given, a `ParamError`, located
+    at the parameter as the spec ``written`` gives it: `task.params`, or its value in `grid.params`), then the first
+    trial's drafts at the shortest length, where a context that cannot fit fails first (located at
+    `grid.context_lengths`). Nothing is built that compile builds from the haystack: a `Fill` draft's prompt and
+    inserts are counted alone (`haystack_room`), and a model whose own tokenizer is the model itself is counted by
+    a floor (`FloorCount`), so that nothing is loaded."""
     from nspec.compiler.cells import CellMaker
 
     family = registry.family(registry.named(spec))
-    if family.needs_haystack:
-        return []
     grid = spec["grid"]
     shortest = min(grid_axes.context_lengths(grid["context_lengths"]))
-    maker = CellMaker({**spec, "grid": {**grid, "context_lengths": [shortest], "trials": 1}}, None, base_dir=base_dir)
-    maker.build_requests = False
+    task = spec.get("task")
+    at: Path = ("task", "params") if isinstance(task, dict) and "params" in task else ("task",)
+    try:
+        haystack = load_haystack(spec["haystack"], base_dir, confinement) if family.needs_haystack else None
+        maker = CellMaker(
+            {**spec, "grid": {**grid, "context_lengths": [shortest]}}, haystack, None, None, base_dir, confinement
+        )
+    except SpecError as exc:
+        return exc.issues
+    except ParamError as exc:
+        swept = registry.sweeps(spec)
+        key = exc.key[0] if exc.key else None
+        if key in exc.point:
+            where: Path = ("grid", "params", key, swept[key].index(exc.point[key]))
+        else:
+            where = (*at, *exc.key) if key in written else at
+        return [SpecIssue(source.value(where), format_path(where), str(exc))]
+    except UserError as exc:
+        return [SpecIssue(source.value(at), format_path(at), str(exc))]
+    maker.trials, maker.build_requests, maker.read_haystack = 1, False, False
+    for model in maker.models:
+        model.tokenizer = floor_count(model.tokenizer)
     try:
         for _ in maker.cells():
             pass

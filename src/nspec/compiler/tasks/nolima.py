@@ -36,7 +36,7 @@ from nspec.inputs import Confinement, InputRefused, read_input
 from .. import grid as grid_axes
 from ..context import Insert
 from ..draws import Draws
-from . import Draft, Fill, Setup, Slot
+from . import Draft, Fill, ParamError, Setup, Slot
 
 BUILT_IN = "builtin"
 MAX_NEEDLE_SET_BYTES = 16 * 2**20
@@ -188,35 +188,6 @@ class NolimaFamily:
     needs_haystack = True
     default_scoring: Sequence[Mapping[str, Any]] = ({"contains": "{answer}"},)
 
-    def check(self, params: Mapping[str, Any], base_dir: str, confinement: Confinement | None) -> list[tuple[str, str]]:
-        """What compile would refuse in the parameters at one point of the grid, as (parameter, message)."""
-        try:
-            pairs, _ = load_needle_set(params.get("needle_set", BUILT_IN), base_dir, confinement)
-        except NeedleSetError as exc:
-            return [("needle_set", str(exc))]
-        kinds = {p.kind for p in pairs}
-        unknown = [k for k in params.get("questions", ()) if k not in kinds]
-        if unknown:
-            return [
-                ("questions", f"no question kind {unknown[0]!r} in the needle set; it has {', '.join(sorted(kinds))}")
-            ]
-        problems = []
-        if params.get("latent", False):
-            for pair in asked(pairs, params):
-                shared = shared_words(pair)
-                if shared:
-                    problems.append(
-                        (
-                            "latent",
-                            f"pair {pair.id} is not latent: its needle and question share "
-                            f"{', '.join(sorted(shared))} ({pair.needle!r} / {pair.question!r})",
-                        )
-                    )
-        return problems + self._more_checks(params, pairs)
-
-    def _more_checks(self, params: Mapping[str, Any], pairs: list[Pair]) -> list[tuple[str, str]]:
-        return []
-
     def task(self, setup: Setup) -> NolimaTask:
         assert setup.source is not None
         return NolimaTask(setup)
@@ -234,7 +205,22 @@ class NolimaTask:
         try:
             pairs, characters = load_needle_set(params.get("needle_set", BUILT_IN), setup.base_dir, setup.confinement)
         except NeedleSetError as exc:
-            raise CompileError(str(exc)) from None
+            raise ParamError(("needle_set",), str(exc)) from None
+        kinds = {p.kind for p in pairs}
+        unknown = [k for k in params.get("questions", ()) if k not in kinds]
+        if unknown:
+            raise ParamError(
+                ("questions",), f"no question kind {unknown[0]!r} in the needle set; it has {', '.join(sorted(kinds))}"
+            )
+        if params.get("latent", False):
+            for pair in asked(pairs, params):
+                shared = shared_words(pair)
+                if shared:
+                    raise ParamError(
+                        ("latent",),
+                        f"pair {pair.id} is not latent: its needle and question share {', '.join(sorted(shared))} "
+                        f"({pair.needle!r} / {pair.question!r})",
+                    )
         self.every = pairs  # every pair of the set, asked or not
         read = json.dumps([[vars(p) for p in pairs], characters], sort_keys=True)
         self.inputs_digest = hashlib.sha256(read.encode()).hexdigest()  # the set as read, for the compile hash

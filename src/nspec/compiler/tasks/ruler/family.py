@@ -26,7 +26,7 @@ from typing import Any
 
 from nspec.errors import CompileError, UserError
 
-from .. import Draft, ParamError, Setup, Sized, SizeSearch, Slot
+from .. import Draft, ParamError, Setup, Sized, SizeSearch, Slot, registry
 from . import cwe, fwe, niah, qa, vt
 from .base import Built
 from .haystacks import Essay
@@ -111,42 +111,6 @@ def data_file(params: Mapping[str, Any], dataset: str, base_dir: str) -> str:
     return os.path.normpath(os.path.join(base_dir, params.get(dataset, DATA_FILES[dataset])))
 
 
-def problems(spec: Mapping[str, Any], points: Sequence[Mapping[str, Any]], base_dir: str) -> list[tuple[str, str]]:
-    """What compile would refuse in the family's parameters, before any cell is made: a parameter no task of the
-    spec takes, a QA data set missing or not of its shape, more samples than its questions, the essays that cannot
-    be had. Each as (the parameter, the message)."""
-    out: list[tuple[str, str]] = []
-    names = [str(p["task"]) for p in points if p.get("task") in TASKS]
-    taken = {param for name in names for param in TASKS[name].takes}
-    for param in sorted({k for p in points for k in p} - {"task", *taken}):
-        runs = ", ".join(dict.fromkeys(names))
-        out.append((param, f"no task this spec runs takes {param!r} (it runs {runs})"))
-    trials = int(spec.get("grid", {}).get("trials", 1))
-    for name in dict.fromkeys(names):
-        task = TASKS[name]
-        if task.dataset is not None:
-            point = next(p for p in points if p.get("task") == name)
-            try:
-                corpus = _corpus(task.dataset, data_file(point, task.dataset, base_dir))
-            except UserError as exc:
-                out.append((task.dataset if task.dataset in point else "task", str(exc)))
-                continue
-            if trials > len(corpus.questions):
-                out.append(
-                    (
-                        "task",
-                        f"{name}: grid.trials is {trials}, but {data_file(point, task.dataset, base_dir)} has "
-                        f"{len(corpus.questions):,} questions RULER asks (one per sample)",
-                    )
-                )
-        elif task.kind == "niah" and niah.TASKS[name].type_haystack == "essay":
-            try:
-                essay()
-            except UserError as exc:
-                out.append(("task", str(exc)))
-    return out
-
-
 class RulerFamily:
     name = "ruler"
     version = "1"
@@ -158,11 +122,6 @@ class RulerFamily:
 
     def task(self, setup: Setup) -> RulerCells:
         return RulerCells(setup)
-
-    def problems(
-        self, spec: Mapping[str, Any], points: Sequence[Mapping[str, Any]], base_dir: str
-    ) -> list[tuple[str, str]]:
-        return problems(spec, points, base_dir)
 
     def data_files(self, points: Sequence[Mapping[str, Any]], base_dir: str) -> list[str]:
         """The data sets the spec's tasks read (qa's), for the manifest's provenance."""
@@ -179,15 +138,37 @@ class RulerCells:
         self.task = TASKS[self.name]
         self.seed = (setup.seed, self.name)
         self.base_dir = setup.base_dir
+        # A parameter is refused only when no task of the spec's sweep takes it.
+        names = list(dict.fromkeys(str({**self.params, **p}["task"]) for p in registry.points(setup.spec)))
+        taken = {param for name in names for param in TASKS[name].takes}
+        unused = sorted({k for k in self.params if k != "task"} - taken)
+        if unused:
+            raise ParamError((unused[0],), f"no task this spec runs takes {unused[0]!r} (it runs {', '.join(names)})")
         dataset = self.task.dataset
         if dataset is not None:  # the data set as read, for the compile hash (`Task.inputs_digest`)
+            key = (dataset,) if dataset in self.params else ("task",)
             path = data_file(self.params, dataset, self.base_dir)
+            outside = setup.confinement.problem(path) if setup.confinement is not None else None
+            if outside is not None:
+                raise ParamError(key, f"{self.params.get(dataset, DATA_FILES[dataset])} {outside}")
             try:
-                _corpus(dataset, path)  # missing or not of its shape: refused at the parameter, as validate does
+                corpus = _corpus(dataset, path)
             except UserError as exc:
-                raise ParamError((dataset,) if dataset in self.params else (), str(exc)) from None
+                raise ParamError(key, str(exc)) from None
+            trials = int(setup.grid.get("trials", 1))
+            if trials > len(corpus.questions):
+                raise ParamError(
+                    ("task",),
+                    f"{self.name}: grid.trials is {trials}, but {path} has {len(corpus.questions):,} questions RULER "
+                    "asks (one per sample)",
+                )
             with open(path, "rb") as data:
                 self.inputs_digest = hashlib.file_digest(data, "sha256").hexdigest()
+        elif self.task.kind == "niah" and niah.TASKS[self.name].type_haystack == "essay":
+            try:
+                essay()
+            except UserError as exc:
+                raise ParamError(("task",), str(exc)) from None
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(lengths)
