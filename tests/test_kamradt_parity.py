@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nspec.compiler.grid import depths
 from nspec.compiler.run_writer import compile_run
 from nspec.compiler.tokenizers import encoding
 from nspec.spec import load_spec
@@ -31,7 +32,7 @@ def essay(seed: int, sentences: int) -> str:
 
 ESSAYS = {"a.txt": essay(1, 120), "b.txt": essay(2, 90), "c.txt": essay(3, 150)}
 LENGTHS = [700, 1600, 3400]
-DEPTHS = [0, 1.358, 10.5, 50, 89.5, 100]
+DEPTHS = depths({"from": 0, "to": 100, "steps": 15, "spacing": "sigmoid"})  # the spec's 15, to 3 decimals
 
 
 def reference_context(files: list[str], needle: str, context_length: int, depth_percent: float, buffer: int) -> str:
@@ -106,6 +107,7 @@ def test_the_openai_request_is_needlehaystacks(compiled):
         if cell["model"] != "openai/gpt-4.1":
             continue
         length, depth = cell["context_length"]["target"], cell["depth"]["requested"]
+        assert cell["needles"][0]["depth_requested"] == depth  # as the grid gives it: 1.358, not 1.36
         expected = reference_context(files, needle["text"], length, depth, 200)
         assert requests[cell["cell_id"]]["body"]["messages"] == [
             {"role": "system", "content": OPENAI_SYSTEM},

@@ -103,7 +103,8 @@ class NeedleTask:
             return [depth] * n
         if self.placement == "random":
             return [depth] + [round(100 * draws.uniform(), 2) for _ in range(n - 1)]
-        return [round(depth + i * (100 - depth) / n, 2) for i in range(n)]
+        # The first at the cell's depth as the grid gives it (needlehaystack's sigmoid depths have 3 decimals).
+        return [depth] + [round(depth + i * (100 - depth) / n, 2) for i in range(1, n)]
 
 
 FAMILY = NeedleFamily()
