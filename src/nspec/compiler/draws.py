@@ -6,6 +6,7 @@ byte-identical for years, so every draw here is defined by this module alone.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -18,22 +19,26 @@ class Draws:
     """A stream of random numbers determined by ``key`` (any JSON-serialisable value)."""
 
     def __init__(self, *key: Any) -> None:
-        self._key = json.dumps(key, separators=(",", ":"), sort_keys=True).encode()
+        self._key = hashlib.sha256(json.dumps(key, separators=(",", ":"), sort_keys=True).encode())
         self._counter = 0
 
     def _block(self) -> bytes:
+        """SHA-256 of the key then the counter (the key's hash state is kept: only the counter is hashed anew)."""
         self._counter += 1
-        return hashlib.sha256(self._key + self._counter.to_bytes(8, "big")).digest()
+        block = self._key.copy()
+        block.update(self._counter.to_bytes(8, "big"))
+        return block.digest()
 
     def below(self, n: int) -> int:
         """A uniform integer in [0, n), by rejection so there is no modulo bias."""
         if n <= 0:
             raise ValueError("n must be positive")
-        bits = n.bit_length() + 64
-        limit = (1 << bits) - ((1 << bits) % n)
+        blocks, shift, limit = _bounds(n)
         while True:
-            value = int.from_bytes(b"".join(self._block() for _ in range((bits + 255) // 256)), "big")
-            value >>= ((bits + 255) // 256) * 256 - bits
+            if blocks == 1:  # the usual case, without a join
+                value = int.from_bytes(self._block(), "big") >> shift
+            else:
+                value = int.from_bytes(b"".join(self._block() for _ in range(blocks)), "big") >> shift
             if value < limit:
                 return value % n
 
@@ -65,3 +70,11 @@ class Draws:
         b[8] = (b[8] & 0x3F) | 0x80
         h = b.hex()
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _bounds(n: int) -> tuple[int, int, int]:
+    """For draws below ``n``: the blocks a draw takes, the bits to drop from them, and the rejection limit."""
+    bits = n.bit_length() + 64
+    blocks = (bits + 255) // 256
+    return blocks, blocks * 256 - bits, (1 << bits) - ((1 << bits) % n)
