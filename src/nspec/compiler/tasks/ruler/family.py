@@ -129,6 +129,9 @@ class RulerFamily:
         return list(dict.fromkeys(data_file(p, dataset, base_dir) for p, dataset in datasets if dataset is not None))
 
 
+_SAMPLES_KEPT = 2  # samples whose generators (and last builds) a task keeps for the other models of a trial
+
+
 class RulerCells:
     """One RULER task's samples: one draft per slot, its trial the sample."""
 
@@ -137,6 +140,7 @@ class RulerCells:
         self.name: str = self.params["task"]
         self.task = TASKS[self.name]
         self.seed = (setup.seed, self.name)
+        self._samples: dict[tuple[int, int], tuple[Callable[[int], Built], int, int | None]] = {}
         self.base_dir = setup.base_dir
         # A parameter is refused only when no task of the spec's sweep takes it.
         names = list(dict.fromkeys(str({**self.params, **p}["task"]) for p in registry.points(setup.spec)))
@@ -177,16 +181,32 @@ class RulerCells:
         return []
 
     def drafts(self, slot: Slot) -> Iterator[Draft]:
-        built, step, limit = self._generator(slot)
+        build, step, limit = self._sample(slot)
         task = self.task
         data = {"task": self.name, "metric": task.metric}
-        # RULER's size search, once, on one sample (the first): binary, over every whole size from its step up; fwe's
-        # (its own loop, older than the rest) grown from (L - 50) // 6 words by its step.
-        first = self._checked(self._generator(replace(slot, trial=0))[0], slot)
+
+        def first(size: int) -> Built:  # RULER searches the size on one sample: the first
+            return self._sample(replace(slot, trial=0))[0](size)
+
+        # Binary, over every whole size from RULER's step up; fwe's (its own loop, older than the rest) grown from
+        # (L - 50) // 6 words by its step.
         grid = (fwe.first_size(slot.length), step) if task.kind == "fwe" else (step, 1)
-        search = SizeSearch(first, *grid)
-        sized = Sized(self._checked(built, slot), step, limit, task.tokens_to_generate, search)
+        sized = Sized(build, step, limit, task.tokens_to_generate, SizeSearch(first, *grid))
         yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
+
+    def _sample(self, slot: Slot) -> tuple[Callable[[int], Built], int, int | None]:
+        """The slot's sample (`_generator`, checked), its last builds kept: the same object for every model of a
+        trial, which build the same prompts (but vt's, which counts its example in the model's tokens)."""
+        key = (slot.trial, slot.length)
+        made = self._samples.get(key)
+        if made is None or self.task.kind == "vt":
+            build, step, limit = self._generator(slot)
+            made = (functools.lru_cache(maxsize=2)(self._checked(build, slot)), step, limit)
+            if self.task.kind != "vt":
+                if len(self._samples) >= _SAMPLES_KEPT:
+                    del self._samples[next(iter(self._samples))]
+                self._samples[key] = made
+        return made
 
     def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:
         """The generator's build, its refusals (a size too small for what it holds) said as a compile error, and its
