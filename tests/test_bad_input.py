@@ -679,14 +679,21 @@ LOCAL_QUESTIONS = '{"item": "i1", "question": "When did ship 1 leave?", "answer"
             "(openai/gpt-4.1-mini, length 400): the graphwalks task at its smallest size (1) needs more than 144 "
             "tokens (the length less reserve_tokens 256)",
         ),
+        (  # the haystack's own tokens decide, at the longest length
+            BASE.replace("{corpus: austen}", "{files: tiny.txt, repeat: error}").replace("[1000]", "[400, 2000]"),
+            "spec.yaml:9:25",
+            "so they would repeat (140 times); haystack.repeat is `error`: use a larger haystack (e.g. corpus: "
+            "[austen, kjv]), shorter context lengths, or `repeat: allow`",
+        ),
     ],
-    ids=["needles", "period-token", "stack", "nolima", "context-rot", "graphwalks"],
+    ids=["needles", "period-token", "stack", "nolima", "context-rot", "graphwalks", "repeat-error"],
 )
 def test_a_length_too_short_for_the_prompt_is_refused_alike_by_validate_plan_and_compile(
     cli, spec_file, tmp_path, spec, at, message
 ):
     (tmp_path / "items.jsonl").write_text(ITEMS)
     (tmp_path / "q.jsonl").write_text(LOCAL_QUESTIONS)
+    (tmp_path / "tiny.txt").write_text("The cat sat. The dog ran. A bird sang.\n")
     name = spec_file(spec)
     said = []
     for command in ("validate", "plan", "compile"):

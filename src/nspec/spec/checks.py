@@ -743,6 +743,18 @@ def family_fit(
     try:
         for _ in maker.cells():
             pass
+        if haystack is not None:
+            # What the haystack's own tokens decide (too short for the longest length, a document repeated against
+            # `haystack.repeat: error`, no sentence end where a needle goes): the first trial at the longest length,
+            # built as compile builds it, the haystack tokenised once; not for a model its own engine counts.
+            longest = max(grid_axes.context_lengths(grid["context_lengths"]))
+            maker = CellMaker(
+                {**spec, "grid": {**grid, "context_lengths": [longest]}}, haystack, None, None, base_dir, confinement
+            )
+            maker.trials, maker.build_requests = 1, False
+            maker.models = [m for m in maker.models if floor_count(m.tokenizer) is m.tokenizer]
+            for _ in maker.cells():
+                pass
     except CompileError as exc:
         return [SpecIssue(source.value(("grid", "context_lengths")), "grid.context_lengths", str(exc))]
     return []
