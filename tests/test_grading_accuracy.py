@@ -12,6 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from nspec import grade
+from nspec.runners.grading.grader import UNMEASURED, GradeInput, cascade
 
 HERE = Path(__file__).parent
 REAL = HERE / "data" / "grading" / "answers.jsonl"
@@ -118,5 +119,22 @@ def test_written_answers_are_not_decided_against_their_labels():
             rows.append((label, v.verdict))
     decided = [(label, v) for label, v in rows if v != "undecided"]
     wrong = sum(label != v for label, v in decided)
-    assert len(rows) >= 300 and len(decided) >= 0.6 * len(rows)
+    # Many of these written answers are refusals and "not found"s, which rules not yet measured leave to the judges.
+    assert len(rows) >= 300 and len(decided) >= 0.55 * len(rows)
     assert wrong <= 0.01 * len(decided), wrong
+
+
+def test_a_rule_decides_only_once_measured_on_real_answers():
+    """Every rule that decides an answer of the set is measured there (the test above bounds its precision); a rule
+    held back (`UNMEASURED`) decides none of them, else it can be measured now: take it out."""
+    decided_by = Counter()
+    for record in records():
+        if record["negative"]:  # negative controls have rules of their own
+            continue
+        inp = GradeInput(tuple(record["expected"]), tuple(record["alternates"]), record["question"], record["needle"])
+        found = cascade(record["answer"], inp)
+        if found.verdict != "undecided":
+            decided_by[found.rule] += 1
+    assert not {rule: n for rule, n in decided_by.items() if rule in UNMEASURED}, "measured now: take it out"
+    held = grade("I'm sorry, but I can't help with that.", expected=["4518823"], question="What is the number?")
+    assert (held.verdict, held.rule) == ("undecided", "refusal")

@@ -5,7 +5,7 @@ import pytest
 
 import nspec
 from nspec.errors import UserError
-from nspec.runners.grading.grader import grade, normalize
+from nspec.runners.grading.grader import GradeInput, cascade, grade, normalize
 from nspec.runners.grading.scoring import score_cell
 
 NOT_FOUND = ["UNANSWERABLE", "not found"]
@@ -159,7 +159,8 @@ def test_refusals_are_not_answers():
     assert verdict(refusal, ["4518823"], "contains", "{answer}") == "fail"
     assert verdict(refusal, ["4518823"], "rails", {"not_found": NOT_FOUND}) == "undecided"
     assert verdict(refusal, [], "rails", {"not_found": NOT_FOUND}) == "fail"
-    assert grade(refusal, expected=["4518823"]).reason == "refuses to answer"
+    v = grade(refusal, expected=["4518823"])  # the cascade's refusal rule is not yet measured: the judges decide
+    assert (v.verdict, v.rule) == ("undecided", "refusal") and v.reason.startswith("refuses to answer")
 
 
 # -- the default cascade, on the patterns free-text answers take ----------------------------------------------------
@@ -189,7 +190,8 @@ def test_a_right_answer_ending_in_a_refusal_phrase_passes():
 
 def test_a_refusal_that_quotes_the_needle_fails():
     v = auto("The text does not provide enough context. It simply states: 'He composed, in his room, An epicedium.'")
-    assert (v.verdict, v.reason) == ("fail", "says the context does not hold the answer (quoting the needle)")
+    assert (v.verdict, v.rule) == ("undecided", "not-found")  # found, but held back until measured
+    assert v.reason.startswith("says the context does not hold the answer (quoting the needle)")
 
 
 def test_a_quote_that_is_not_in_the_needle_is_undecided():
@@ -217,7 +219,11 @@ def test_other_words_are_no_evidence_but_not_found_is():
     v = auto("He sailed to Lima to forget his sorrow.")
     assert (v.verdict, v.rule) == ("undecided", "no-key-words")
     v = auto("There is no limerick about a bard from Peru.")
-    assert (v.verdict, v.rule) == ("fail", "not-found")
+    assert (v.verdict, v.rule) == ("undecided", "not-found")  # not yet measured on real answers
+    found = cascade(
+        "There is no limerick about a bard from Peru.", GradeInput(("He composed an epicedium.",), (), BARD_Q, BARD)
+    )
+    assert (found.verdict, found.reason) == ("fail", "says the context does not hold the answer")
 
 
 def test_hedges_and_negations_stay_undecided():
@@ -237,7 +243,7 @@ def test_numbers_and_number_words():
 def test_multi_value_answers_get_partial_credit():
     values = ["4410987", "2290475", "7718302", "5093316"]
     v = grade("4410987 and 2290475", expected=values, require="all")
-    assert (v.verdict, v.score) == ("fail", 0.5)
+    assert (v.verdict, v.rule) == ("undecided", "multi-value") and "gives 2 of 4" in v.reason  # not yet measured
     assert grade(", ".join(values), expected=values, require="all").verdict == "pass"
 
 

@@ -339,9 +339,24 @@ def _plain(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", normalize(text, {"punctuation": True})).split())
 
 
+# Rules that have decided no labelled real answer yet (tests/data/grading/answers.jsonl): their precision is not
+# known, so what they find is said but not decided, and the judges decide. tests/test_grading_accuracy.py fails when
+# the set gives one of them answers to decide (measure it, then take it out) or a rule outside it has none.
+UNMEASURED = frozenset({"refusal", "not-found", "multi-value"})
+
+
 def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     """The default cascade for free-text answers: decide what a careful judge would decide the same way, and say
     "undecided" otherwise. See docs/scoring.md for each rule and its measured precision."""
+    verdict = cascade(answer, inp)
+    if verdict.verdict != "undecided" and verdict.rule in UNMEASURED:
+        reason = f"{verdict.reason} (a rule not yet measured on real answers: the judges decide)"
+        return Verdict("undecided", verdict.scorer, reason, None, verdict.rule)
+    return verdict
+
+
+def cascade(answer: str, inp: GradeInput) -> Verdict:
+    """The cascade's own verdict, before the rules not yet measured are held back (`UNMEASURED`)."""
     accepted, question, needle = inp.accepted, inp.question, inp.needle
     reading = freetext.read(answer, needle)
     if not freetext.words(answer):
