@@ -24,9 +24,11 @@ def graded(path: Path = SET) -> list[tuple[dict, object]]:
     for record in map(json.loads, path.read_text(encoding="utf-8").splitlines()):
         if record["label"] not in ("pass", "fail"):
             continue
+        several = len(record["expected"]) > 1  # a multi-value cell needs every value, as `nspec score` grades it
         verdict = grade(
             record["answer"],
-            expected=[*record["expected"], *record["alternates"]],
+            expected=record["expected"] if several else [*record["expected"], *record["alternates"]],
+            require="all" if several else "any",
             question=record["question"],
             needle=record["needle"],
         )

@@ -32,9 +32,11 @@ def real(key: str) -> dict:
 
 
 def graded(record):
+    several = len(record["expected"]) > 1  # a multi-value cell needs every value, as `nspec score` grades it
     return grade(
         record["answer"],
-        expected=[*record["expected"], *record["alternates"]],
+        expected=record["expected"] if several else [*record["expected"], *record["alternates"]],
+        require="all" if several else "any",
         question=record["question"],
         needle=record["needle"],
     )

@@ -18,7 +18,14 @@ from nspec.runners.grading.grader import needle_text
 
 HERE = Path(__file__).resolve().parent
 SET = HERE / "answers.jsonl"
-KINDS = {"magic": "fact", "multikey": "fact", "uuid": "fact", "sandwich": "fact", "harbour": "fact"}
+KINDS = {
+    "magic": "fact",
+    "multikey": "fact",
+    "multivalue": "fact",
+    "uuid": "fact",
+    "sandwich": "fact",
+    "harbour": "fact",
+}
 MODELS = ("gemma-3-270m", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
 
 

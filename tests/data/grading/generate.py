@@ -2,7 +2,11 @@
 (labels are added by hand afterwards; see README.md).
 
     python tests/data/grading/generate.py --out DIR --nian NIAN/full_questions.json \
-        --model gemma-3-270m --model qwen2.5-coder-0.5b-instruct=PATH.gguf [--sets magic,nian] [--seed 30]
+        --model gemma-3-270m --model qwen2.5-coder-0.5b-instruct=PATH.gguf [--sets magic,nian] [--seed 30] \
+        [--lengths 2000,4000 --depths 50 --prompts terse]
+
+`--lengths`, `--depths` and `--prompts` replace a model's plan (longer contexts, where small models miss the needle
+and say it is not there; the `terse` prompt, which offers UNANSWERABLE, for the base model too).
 
 `--model NAME` is the embedded model; `NAME=PATH` any GGUF file (the path stays out of what is written: answers
 name the model). NIAN's ten question limericks come from its published full_questions.json (`--nian`); the other
@@ -105,6 +109,14 @@ def question_sets(build: Path, nian: Path) -> dict[str, dict[str, Any]]:
         "distractors": 3,
         "vars": {"key": {"words": 2}, "value": {"digits": 7}},
     }
+    multivalue = {  # RULER's niah_multivalue: several values under one key, all asked for
+        "id": "values",
+        "text": "One of the special magic numbers for {key} is: {value}.",
+        "question": "What are all the special magic numbers for {key} mentioned in the provided text?",
+        "answer": "{value}",
+        "count": 3,
+        "vars": {"key": {"words": 2, "scope": "cell"}, "value": {"digits": 7}},
+    }
     uuid = {
         "id": "uuid",
         "text": "One of the special magic uuids for {key} is: {value}.",
@@ -130,6 +142,7 @@ def question_sets(build: Path, nian: Path) -> dict[str, dict[str, Any]]:
     return {
         "magic": {"haystack": {"corpus": "austen", "vary": "shuffle"}, "needles": [magic], "kind": "fact"},
         "multikey": {"haystack": {"noise": True}, "needles": [multikey], "kind": "fact"},
+        "multivalue": {"haystack": {"noise": True}, "needles": [multivalue], "kind": "fact", "max_tokens": 48},
         "uuid": {"haystack": {"noise": True}, "needles": [uuid], "kind": "fact"},
         "sandwich": {"haystack": {"corpus": "austen", "vary": "offset"}, "needles": [sandwich], "kind": "fact"},
         "harbour": {
@@ -173,16 +186,22 @@ PLANS: dict[str, dict[str, Any]] = {
 }
 
 
-def model_spec(name: str, path: str | None, kind: str) -> list[dict[str, Any]]:
+def model_spec(
+    name: str, path: str | None, kind: str, prompts: list[str] | None, max_tokens: int | None
+) -> list[dict[str, Any]]:
     """The model entries (one per prompt variant) a set is run with."""
     plan = PLANS[name]
     model_id = f"local/{path}" if path else f"local/{name}"
-    params = {"temperature": plan["temperature"], "max_tokens": 60 if path else 24}
+    params = {"temperature": plan["temperature"], "max_tokens": max_tokens or (60 if path else 24)}
     if not path:  # the embedded base model continues text: an answer cue, and a stop at the paragraph's end
-        system = SYSTEMS["limerick" if kind == "limerick" else "free"]
-        prompt = {"system": system, "user": "{haystack}\n\nQuestion: {question}", "prefill": "Answer:"}
-        return [{"id": model_id, "name": name, "params": {**params, "stop": ["\n\n"]}, "prompt": prompt}]
-    variants = ["limerick"] if kind == "limerick" else ["terse", "free"]
+        default = "limerick" if kind == "limerick" else "free"
+        entries = []
+        for variant in prompts or [default]:
+            prompt = {"system": SYSTEMS[variant], "user": "{haystack}\n\nQuestion: {question}", "prefill": "Answer:"}
+            label = name if variant == default else f"{name}-plain-{variant}"
+            entries.append({"id": model_id, "name": label, "params": {**params, "stop": ["\n\n"]}, "prompt": prompt})
+        return entries
+    variants = ["limerick"] if kind == "limerick" else prompts or ["terse", "free"]
     entries = []
     for variant in variants:
         user = CHATML_USER.format(system=SYSTEMS[variant], user="{haystack}\n\n{question}")
@@ -197,8 +216,11 @@ def model_spec(name: str, path: str | None, kind: str) -> list[dict[str, Any]]:
     return entries
 
 
-def write_spec(build: Path, set_name: str, body: dict[str, Any], name: str, path: str | None, seed: int) -> Path:
-    plan = PLANS[name]
+def write_spec(
+    build: Path, set_name: str, body: dict[str, Any], name: str, path: str | None, args: argparse.Namespace
+) -> Path:
+    plan = {**PLANS[name], **{k: v for k, v in (("lengths", args.lengths), ("depths", args.depths)) if v}}
+    seed = args.seed
     kind = body["kind"]
     spec: dict[str, Any] = {
         "nspec": 1,
@@ -212,7 +234,7 @@ def write_spec(build: Path, set_name: str, body: dict[str, Any], name: str, path
             "negative_controls": 1,
         },
         "prompt": {"user": "{haystack}\n\n{question}", "reserve_tokens": 64},
-        "models": model_spec(name, path, kind),
+        "models": model_spec(name, path, kind, args.prompts, body.get("max_tokens")),
         "scoring": [{"auto": True}],
     }
     if "needles" in body:
@@ -231,6 +253,10 @@ def main() -> None:
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--sets", default="magic,multikey,uuid,sandwich,harbour,limerick,nian")
     parser.add_argument("--seed", type=int, default=29, help="another seed draws other needles, haystacks, questions")
+    numbers = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
+    parser.add_argument("--lengths", type=numbers, help="context lengths in tokens, for every model")
+    parser.add_argument("--depths", type=numbers, help="needle depths in percent, for every model")
+    parser.add_argument("--prompts", type=lambda text: text.split(","), help="prompt variants (not for limericks)")
     args = parser.parse_args()
     build = args.out / "build"
     build.mkdir(parents=True, exist_ok=True)
@@ -238,9 +264,7 @@ def main() -> None:
     for model in args.model:
         name, _, path = model.partition("=")
         for set_name in args.sets.split(","):
-            spec = write_spec(
-                build, set_name, sets[set_name], name, str(Path(path).resolve()) if path else None, args.seed
-            )
+            spec = write_spec(build, set_name, sets[set_name], name, str(Path(path).resolve()) if path else None, args)
             runs = args.out / "runs"
             if (runs / spec.stem / "done").exists():
                 continue
