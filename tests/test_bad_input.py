@@ -703,3 +703,20 @@ def test_a_length_too_short_for_the_prompt_is_refused_alike_by_validate_plan_and
     assert said[0] == said[1] == said[2]
     assert said[0].startswith(f"{at}: grid.context_lengths: cell openai-gpt-4-1-mini-"), said[0]
     assert said[0].endswith(message), said[0]
+
+
+@pytest.mark.parametrize(
+    "task",
+    ["{name: graphwalks}", "{name: mrcr}", "{name: ruler, params: {task: vt}}"],
+    ids=["graphwalks", "mrcr", "ruler-vt"],
+)
+def test_validate_fits_a_generated_task_to_a_local_model_without_loading_it(cli, spec_file, task):
+    # validate counts a local model by a floor (a token a text), under which no generated context overflows: the
+    # model is left to compile (sizing it by the floor grew the context until memory ran out).
+    spec = (
+        f"nspec: 1\nname: t\ntask: {task}\ngrid: {{context_lengths: [2000]}}\nprompt: {{reserve_tokens: 64}}\n"
+        "models: [{id: local/gemma-3-270m, params: {max_tokens: 64}}]\n"
+    )
+    result = cli("validate", spec_file(spec))
+    assert result.code == 0, result.err
+    assert "loading" not in result.err

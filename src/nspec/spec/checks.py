@@ -712,7 +712,8 @@ def family_fit(
     trial's drafts at the shortest length, where a context that cannot fit fails first (located at
     `grid.context_lengths`). Nothing is built that compile builds from the haystack: a `Fill` draft's prompt and
     inserts are counted alone (`haystack_room`), and a model whose own tokenizer is the model itself is counted by
-    a floor (`FloorCount`), so that nothing is loaded."""
+    a floor (`FloorCount`), so that nothing is loaded; such a model is left to compile in a family that generates
+    its contexts."""
     from nspec.compiler.cells import CellMaker
 
     family = registry.family(registry.named(spec))
@@ -738,6 +739,10 @@ def family_fit(
     except UserError as exc:
         return [SpecIssue(source.value(at), format_path(at), str(exc))]
     maker.trials, maker.build_requests, maker.read_haystack = 1, False, False
+    if not family.needs_haystack:
+        # A generated context is sized by counting it (RULER's tasks count their parts too): under a floor no size
+        # overflows, and the search grew it without end. Compile fits those models.
+        maker.models = [m for m in maker.models if floor_count(m.tokenizer) is m.tokenizer]
     for model in maker.models:
         model.tokenizer = floor_count(model.tokenizer)
     try:
