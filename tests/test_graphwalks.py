@@ -14,7 +14,7 @@ from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
 from nspec.runners.grading.grader import grade
 from nspec.runners.report.data import collect
-from nspec.runners.report.page import score_tables
+from nspec.runners.report.page import score_tables, summary_words
 from nspec.runners.run_store import Run
 
 SPEC = """\
@@ -215,3 +215,6 @@ def test_graphwalks_runs_is_scored_by_f1_and_reported(cli, spec_file, tmp_path, 
     assert [row["value"] for row in table["rows"]] == ["bfs", "parents"]
     shares = [float(row["pass_rate"].rstrip("%")) / 100 * 4 for row in table["rows"]]
     assert round(sum(shares)) == passed
+    (words,) = summary_words(collect([Run(run)]), 0.5)  # a task without depths: the pass rate per length alone
+    assert words["text"].startswith(f"{passed / 8:.1%} of 8 cells pass (95% CI "), words
+    assert "depth" not in words["text"] and "effective length" in words["text"], words

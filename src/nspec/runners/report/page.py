@@ -255,16 +255,18 @@ def summary_words(data: ReportData, threshold: float) -> list[dict[str, str]]:
     lines = []
     for label in data.models:
         rows = data.heat.get(label, [])
+        lengths = [r for r in data.lengths if r["model"] == label]
         tally = data.tallies.get(label, Tally())
         parts = []
-        if rows:
-            s = model_summary(rows)
-            longest = s["all_depths_pass_up_to"]
-            parts.append(
-                f"{s['rate']:.1%} of {s['n']} cells pass (95% CI {s['ci_low']:.1%}-{s['ci_high']:.1%}); "
-                + (f"every depth passes up to {longest:,} tokens" if longest else "at no length does every depth pass")
-            )
-            lengths = [r for r in data.lengths if r["model"] == label]
+        if rows or lengths:  # a task without depths (GraphWalks, MRCR): pass rates per length only
+            s = model_summary(rows or lengths)
+            rate = f"{s['rate']:.1%} of {s['n']} cells pass (95% CI {s['ci_low']:.1%}-{s['ci_high']:.1%})"
+            if rows:
+                longest = s["all_depths_pass_up_to"]
+                rate += "; " + (
+                    f"every depth passes up to {longest:,} tokens" if longest else "at no length does every depth pass"
+                )
+            parts.append(rate)
             eff = effective_length(lengths, threshold)
             shortest = min(r["context_length"] for r in lengths)
             parts.append(
