@@ -141,6 +141,7 @@ def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # the same resume as a live run's (tests/test_runners.py), with the real model: 20 s of two cores
 def test_a_killed_local_run_resumes_where_it_stopped(tmp_path):
     (tmp_path / "spec.yaml").write_text(SMALL)
     killed = nspec("run", "spec.yaml", "--wait", cwd=tmp_path, failpoint="live-result")
@@ -167,10 +168,11 @@ def test_a_killed_local_run_resumes_where_it_stopped(tmp_path):
 )
 def test_quickstart_end_to_end(tmp_path, cli, lengths):
     """The README's first command, in-process: a real model's answers and the full report. The default run asks
-    the quickstart at one short length (a twentieth of the tokens); the whole grid runs under `-m slow`."""
+    the quickstart at one short length, both ends and its negative control; the whole grid runs under `-m slow`."""
     spec = ROOT / "specs" / "quickstart.yaml"
     if lengths is not None:
         text = spec.read_text().replace("context_lengths: [1000, 2000, 4000]", f"context_lengths: {lengths}")
+        text = text.replace("depths: [0, 50, 100]", "depths: [0, 100]")
         spec = tmp_path / "quickstart.yaml"
         spec.write_text(text)
     result = cli("run", str(spec), "--wait", "--out", str(tmp_path / "out"))
@@ -180,7 +182,7 @@ def test_quickstart_end_to_end(tmp_path, cli, lengths):
     run = report.parent.parent
     cells = {c["cell_id"]: c for c in lines(run / "cells.jsonl")}
     answers = lines(run / "answers" / "results.jsonl")
-    assert len(cells) == len(answers) == (4 if lengths else 12)
+    assert len(cells) == len(answers) == (3 if lengths else 12)
     for answer in answers:  # counted exactly: the engine saw as many prompt tokens as compiled
         cell = cells[answer["cell_id"]]
         assert cell["tokens_exact"] and answer["usage"]["input_tokens"] == cell["context_length"]["prompt"]
