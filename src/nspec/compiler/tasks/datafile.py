@@ -4,12 +4,32 @@ read through `Setup.read`; every refusal a `ParamError` at the parameter, naming
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import ParamError, Setup
 
 LIMIT = 1 << 30  # bytes: OpenAI's files of prompts up to 128K tokens are some 100 MB as JSONL
+ROWS_PARAM = {
+    "description": "With `data`: how many of its rows to run (the first ones); default all.",
+    "type": "integer",
+    "minimum": 1,
+}
+
+
+def published(setup: Setup, generated: Sequence[str], what: str, checked: Callable[..., Any]) -> list[Any] | None:
+    """The checked rows of the `data` file the parameters name (`limited`), or None when they name none: a
+    family's published rows in place of the contexts it generates. Parameters only ``generated`` ``what`` use are
+    refused beside `data`, and `rows` without it."""
+    params = setup.params
+    if "data" not in params:
+        if "rows" in params:
+            raise ParamError(("rows",), "`rows` counts the rows of a `data` file; give one, or leave `rows` out")
+        return None
+    for key in generated:
+        if key in params:
+            raise ParamError((key,), f"`{key}` is for generated {what}; a `data` file's rows say their own")
+    return limited(setup, checked)
 
 
 def rows(setup: Setup, key: str = "data") -> Iterator[tuple[str, Any]]:

@@ -159,11 +159,7 @@ class GraphWalksFamily:
                 "type": "string",
                 "minLength": 1,
             },
-            "rows": {
-                "description": "With `data`: how many of its rows to run (the first ones); default all.",
-                "type": "integer",
-                "minimum": 1,
-            },
+            "rows": datafile.ROWS_PARAM,
         },
     }
     axes = ("operation",)
@@ -172,13 +168,9 @@ class GraphWalksFamily:
 
     def task(self, setup: Setup) -> GeneratedGraphs | PublishedRows:
         params = setup.params
-        if "data" in params:
-            for key in ("operation", "depth"):
-                if key in params:
-                    raise ParamError((key,), f"`{key}` is for generated graphs; a `data` file's rows say their own")
-            return PublishedRows(datafile.limited(setup, checked_row))
-        if "rows" in params:
-            raise ParamError(("rows",), "`rows` counts the rows of a `data` file; give one, or leave `rows` out")
+        rows = datafile.published(setup, ("operation", "depth"), "graphs", checked_row)
+        if rows is not None:
+            return PublishedRows(rows)
         return GeneratedGraphs(params.get("operation", "bfs"), params.get("depth", 2))
 
 

@@ -142,11 +142,7 @@ class MrcrFamily:
                 "type": "string",
                 "minLength": 1,
             },
-            "rows": {
-                "description": "With `data`: how many of its rows to run (the first ones); default all.",
-                "type": "integer",
-                "minimum": 1,
-            },
+            "rows": datafile.ROWS_PARAM,
         },
     }
     axes = ("needles",)
@@ -155,13 +151,9 @@ class MrcrFamily:
 
     def task(self, setup: Setup) -> Conversations | PublishedConversations:
         params = setup.params
-        if "data" in params:
-            for key in ("needles", "corpus", "pieces"):
-                if key in params:
-                    raise ParamError((key,), f"`{key}` is for generated conversations; a `data` file's rows say theirs")
-            return PublishedConversations(datafile.limited(setup, checked_row))
-        if "rows" in params:
-            raise ParamError(("rows",), "`rows` counts the rows of a `data` file; give one, or leave `rows` out")
+        rows = datafile.published(setup, ("needles", "corpus", "pieces"), "conversations", checked_row)
+        if rows is not None:
+            return PublishedConversations(rows)
         if "pieces" in params and "corpus" in params:
             raise ParamError(("corpus",), "give `corpus` or `pieces`, not both")
         pieces, fewest = own_pieces(setup) if "pieces" in params else corpus_pieces(params.get("corpus", "austen"))
