@@ -61,3 +61,25 @@ def test_the_largest_whole_size_within_the_room_is_ruler_s_binary_search_s_in_a_
     calls.clear()
     assert largest_within(count, room, lowest, limit) == (found or 0)
     assert len(calls) <= 12
+
+
+@pytest.mark.parametrize("per_unit", [1.2, 3.0, 16.0, 1200.0])
+@pytest.mark.parametrize("fixed", [20, 1500, 40_000])
+@pytest.mark.parametrize("room", [3_000, 130_944])
+def test_a_search_of_uneven_counts_takes_a_handful_and_from_a_hint_two_or_three(per_unit, fixed, room):
+    """Counts as a sample's are: near-linear, a unit adding more or fewer tokens (words of one token or two)."""
+    calls = []
+
+    def count(size):
+        calls.append(size)
+        return fixed + int(per_unit * size) + (size * 2654435761 % 997) * int(per_unit) // 997
+
+    exact = next((k for k in range(1, 10**6) if count(k + 1) > room), 0) if count(1) <= room else 0
+    calls.clear()
+    assert largest_within(count, room) == exact
+    assert len(calls) <= 7
+    for near in (1, exact - 3, exact - 1, exact, exact + 1, exact + 40, 10**6):  # a hint never changes the answer
+        calls.clear()
+        assert largest_within(count, room, near=max(1, near)) == exact
+        if exact and abs(near - exact) <= 1:  # another model's size, on the same sample: two counts or three
+            assert len(calls) <= 3

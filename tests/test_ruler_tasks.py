@@ -16,7 +16,7 @@ from nspec.compiler.tasks.ruler.base import largest_fitting
 from nspec.compiler.tasks.ruler.cwe import CommonWords
 from nspec.compiler.tasks.ruler.fwe import FrequentWords
 from nspec.compiler.tasks.ruler.qa import QuestionAnswering, hotpotqa_corpus, squad_corpus
-from nspec.compiler.tasks.ruler.sampling import distinct_indices, permutation
+from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order, permutation
 from nspec.compiler.tasks.ruler.vt import VariableTracking
 from nspec.compiler.tasks.ruler.words import common_words_vocabulary
 from nspec.compiler.tokenizers import encoding
@@ -276,6 +276,9 @@ def test_draws_of_a_growing_sample_keep_their_prefix_and_permutations_are_comple
     order = permutation(Draws("k"), 5000)
     assert sorted(order) == list(range(5000)) and order != list(range(5000))
     assert order == permutation(Draws("k"), 5000) != permutation(Draws("j"), 5000)
+    # A length's fixed arrangement (every sample's, kept once made) is the permutation its key draws.
+    drawn = permutation(Draws("ruler-cwe", (7, "cwe"), "order", 300), 300)
+    assert list(fixed_order("ruler-cwe", (7, "cwe"), 300)) == drawn
 
 
 def test_word_lists_are_wonderwords_2_2_0_byte_for_byte():

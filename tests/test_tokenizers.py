@@ -20,18 +20,27 @@ def test_a_long_text_counted_in_parts_is_counted_exactly(name):
     (_, novel), *_ = corpus_documents("austen")
     words = " ".join(novel.decode().split())[:300_000]  # RULER's essay haystacks are words joined by spaces
     needle = " One of the special magic numbers for sable-ferry is: 4471002. "
-    texts = [words, words[:150_000] + needle + words[150_000:], NOISE * 3000, (NOISE + needle) * 500]
+    paragraphs = [p.strip() for p in novel.decode().split("\n\n") if p.strip()][:400]
+    documents = "\n\n".join(f"Document {i + 1}:\n{p}" for i, p in enumerate(paragraphs))  # RULER's qa layout
+    question = "\nQuestion: Which of the documents names the ship?"
+    texts = [words, words[:150_000] + needle + words[150_000:], NOISE * 3000, (NOISE + needle) * 500, documents]
     tokenizer = encoding(name)
     for text in texts:
         assert tokenizer.own_count(text) == whole(name, text)
         assert tokenizer.own_count(text[7:]) == whole(name, text[7:])  # the same parts, elsewhere: counts kept
+        for ending in (question, question + " Answer:", question + "\nAnswer:"):  # as one model or another gets it
+            assert tokenizer.own_count(text + ending) == whole(name, text + ending)
+    # Last lines that must not be cut from the text: what follows their newline joins it in a piece.
+    for ending in ("\n ", "\n  ", "\n\t", "\n\n", "\n \n", ":\n", "\n\n ", ".\n", "\n 1", "\n\u0301x"):
+        text = words[:20_000] + ending
+        assert tokenizer.own_count(text) == whole(name, text), repr(ending)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
         st.sampled_from(
-            ["e.", "e!", "e?", " ", "  ", "\n", "\t", "A", "Ab", "z", "'s", "é", "中", "1", "23", ".", "/", "-"]
+            ["e.", "e!", "e?", " ", "  ", "\n", "\t", "A", "Ab", "z", "'s", "é", "中", "1", "23", ".", ":", "/", "-"]
         ),
         min_size=200,
         max_size=900,

@@ -49,6 +49,11 @@ from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
 _CLEAN_LINE_START = re.compile(r"(?<=\n)(?=[A-Za-z0-9])")  # a clean cut point (`compiler.haystack`)
+# The grid index each size search last found, per family, prompt variant, length and draft: where the next search of
+# the same sample starts (another model's; compile's after validate's pass over the same spec). A hint only: a search
+# finds the same size from anywhere, in fewer counts from close by.
+_SEARCHED: dict[tuple[str, str, int, str], int | None] = {}
+_SEARCHED_KEPT = 10_000
 # A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
 # long sentences the nearest sentence boundary can be that far.
 FAR_FROM_DEPTH = 5.0
@@ -603,7 +608,8 @@ class CellMaker:
 
     def _searched_size(self, key: tuple[str, str, int, str], slot: _Slot, made: Draft, sized: Sized, room: int) -> int:
         """The largest size on ``sized.search``'s grid at which its sample fits ``room`` tokens (0 if none does),
-        found once per ``key``."""
+        found once per ``key``; the search starts from the size last found for the same task, prompt, length and
+        sample (another model's, or validate's in this process: `_SEARCHED`)."""
         searched = self._sizes.get(key)
         if searched is None:
             search, model, system = sized.search, slot.model, self._system(slot, made)
@@ -616,7 +622,11 @@ class CellMaker:
                 return self._prompt_tokens(model, _sized_prompt(model, system, search.build(size(k))))[0]
 
             last = None if sized.limit is None else (sized.limit - search.first) // search.step + 1
-            k = largest_within(count, room, 1, last) if last is None or last >= 1 else 0
+            hint = (self.family.name, *key[1:])
+            k = largest_within(count, room, 1, last, _SEARCHED.get(hint)) if last is None or last >= 1 else 0
+            if len(_SEARCHED) >= _SEARCHED_KEPT:
+                _SEARCHED.clear()
+            _SEARCHED[hint] = k or None
             searched = self._sizes[key] = size(k) if k else 0
         return searched
 

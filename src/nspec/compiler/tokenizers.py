@@ -16,7 +16,7 @@ import functools
 import gzip
 import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -64,6 +64,7 @@ _MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts k
 _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
 _MEMO_ENTRIES = 50_000  # counts kept, at most (then start afresh): 200 MB at worst, a few MB as a rule
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
+_LONG_PART_ENTRIES = 32  # parts too long for the memo whose counts are kept: a trial's contexts, for its other models
 
 
 class TokenLengths(Protocol):
@@ -116,25 +117,58 @@ def chat_framing(messages: int) -> int:
     return 3 + 4 * messages
 
 
+def _keep(counts: dict[str, int], text: str, tokens: int, entries: int) -> None:
+    """``text``'s count kept in ``counts``, the oldest dropped past ``entries``."""
+    if len(counts) >= entries:
+        del counts[next(iter(counts))]
+    counts[text] = tokens
+
+
 def _parts(text: str) -> list[str]:
     """``text`` cut where tiktoken's encodings (o200k, cl100k and the GPT-2 family alike) always cut it before
-    merging: at the space of a sentence mark, space and capital (". The"). No piece of their pre-tokenising patterns
-    runs across such a point, and a piece's tokens do not depend on what is around it, so the text's count is the sum
-    of its parts' counts (tests/test_tokenizers.py checks it on essays, noise and generated text). Only sentences
-    ending in "e." end a part: parts of several sentences, cut where the text itself says (the same sentences, the
-    same parts, wherever they stand), cost less to look up than they save; and a literal split is fast."""
-    pieces = text.split("e. ")
+    merging: at the space of a sentence mark, space and capital (". The"), and after a newline before a letter. No
+    piece of their pre-tokenising patterns runs across such a point, and a piece's tokens do not depend on what is
+    around it, so the text's count is the sum of its parts' counts (tests/test_tokenizers.py checks it on essays,
+    noise and generated text, and on random text).
+
+    Not every such point cuts: parts should be long enough to cost less to look up than they save, and be the same
+    wherever the same text stands. So: after a blank line or a heading's colon (documents: "Document 3:\n"), at
+    sentences ending in "e." (parts of several sentences, where the text itself says), and before the last line,
+    which is a prompt's question (with, for some models, the answer prefix after it): prompts that differ only there
+    share the rest. Literal splits, so that cutting is fast."""
+    parts: list[str] = []
+    for block in _cut(text, "\n\n", _letter):
+        for piece in _cut(block, ":\n", _letter):
+            parts += _cut(piece, "e. ", _capital)
+    last = parts[-1]
+    line = last.rfind("\n") + 1
+    if 0 < line < len(last) and last[line].isalpha():
+        parts[-1:] = [last[:line], last[line:]]
+    return parts
+
+
+def _cut(text: str, mark: str, begins: Callable[[str], bool]) -> list[str]:
+    """``text`` cut after the first two characters of each ``mark`` whose following text ``begins`` as it should."""
+    pieces = text.split(mark)
     parts: list[str] = []
     current = [pieces[0]]
     for piece in pieces[1:]:
-        if "A" <= piece[:1] <= "Z":
-            current.append("e.")
+        if begins(piece):
+            current.append(mark[:2])
             parts.append("".join(current))
-            current = [" ", piece]
+            current = [mark[2:], piece]
         else:
-            current += ("e. ", piece)
+            current += (mark, piece)
     parts.append("".join(current))
     return parts
+
+
+def _letter(text: str) -> bool:
+    return text[:1].isalpha()
+
+
+def _capital(text: str) -> bool:
+    return "A" <= text[:1] <= "Z"
 
 
 @dataclass
@@ -150,6 +184,8 @@ class TiktokenTokenizer:
     _counted: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record.
     _recent: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # Counts of the last long parts: the other models of a trial count the same contexts with other endings.
+    _long_parts: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def encoding_name(self) -> str:
@@ -169,19 +205,20 @@ class TiktokenTokenizer:
             # Part by part: a long prompt repeats the sentences of other prompts (the same essay, noise or documents
             # at other sizes and in other samples), and each part is counted once.
             tokens = sum(map(self._part_count, _parts(text)))
-            if len(self._recent) >= _RECENT_ENTRIES:
-                del self._recent[next(iter(self._recent))]
-            self._recent[text] = tokens
+            _keep(self._recent, text, tokens, _RECENT_ENTRIES)
         return tokens
 
     def _part_count(self, text: str) -> int:
-        tokens = self._counted.get(text)
+        short = len(text) <= _PART_CHARACTERS
+        tokens = (self._counted if short else self._long_parts).get(text)
         if tokens is None:
             tokens = len(self.encoding.encode_ordinary(text))
-            if len(text) <= _PART_CHARACTERS:
+            if short:
                 if len(self._counted) >= _MEMO_ENTRIES:
                     self._counted.clear()
                 self._counted[text] = tokens
+            else:
+                _keep(self._long_parts, text, tokens, _LONG_PART_ENTRIES)
         return tokens
 
     def scale(self, tokens: int) -> int:

@@ -68,41 +68,56 @@ def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = 
     return low * step
 
 
-def largest_within(count: Callable[[int], int], room: int, lowest: int = 1, limit: int | None = None) -> int:
+def largest_within(
+    count: Callable[[int], int], room: int, lowest: int = 1, limit: int | None = None, near: int | None = None
+) -> int:
     """The largest whole size from ``lowest`` up (to ``limit`` when one is given) whose ``count`` is within
     ``room``; 0 when even ``lowest``'s is not. RULER binary-searches this size once per task and length.
 
-    ``count`` must grow with the size. A prompt's tokens grow almost linearly in it, so each guess interpolates
-    between the sizes counted so far (extrapolates, before one overflows): a handful of calls of ``count`` (each
-    builds and counts a whole context) instead of a binary search's twenty. A guess that closes less than half of
-    the interval is followed by a bisection, so the worst case stays logarithmic.
+    ``count`` must grow with the size. A prompt's tokens grow almost linearly in it, so each guess is where the line
+    through the two nearest sizes counted so far meets ``room`` (through nothing and the one size, at first): a
+    handful of calls of ``count`` (each builds and counts a whole context) instead of a binary search's twenty.
+    Where two guesses in a row each leave more than half of the interval, the next one bisects it, so the worst
+    case stays logarithmic. ``near``, a size the answer is likely close to (another model's, on the same sample),
+    is counted first: two calls when it is right, and the same answer whatever it is.
     """
-    low = lowest if limit is None else min(lowest, limit)
-    at_low = count(low)
-    if at_low > room:
-        return 0
-    high: int | None = None  # the smallest size known to overflow
-    at_high = 0
-    previous: tuple[int, int] | None = None  # the last size that fitted before ``low``, for the slope
-    bisect = False
-    while high is None or high - low > 1:
-        if high is None:
+    if limit is not None and limit < lowest:
+        lowest = limit
+    counts: dict[int, int] = {}
+    low: int | None = None  # the largest size known to fit
+    high: int | None = None  # the smallest size known not to
+    stalls = 0  # guesses in a row that left more than half of the interval
+
+    def meets(a: int, b: int | None, default: int) -> int:
+        """The size where the line through sizes ``a`` and ``b`` (or through nothing, at 0) reaches ``room``,
+        rounded down; ``default`` where the line does not rise."""
+        kb, cb = (0, 0) if b is None else (b, counts[b])
+        slope = (counts[a] - cb) / (a - kb)
+        return math.floor(a + (room - counts[a]) / slope) if slope > 0 else default
+
+    guess = lowest if near is None else max(lowest, near if limit is None else min(near, limit))
+    while True:
+        width = None if low is None or high is None else high - low
+        counts[guess] = count(guess)
+        if counts[guess] <= room:
+            low = guess if low is None else max(low, guess)
+        else:
+            high = guess if high is None else min(high, guess)
+        if low is None:  # every size counted overflows: go down, to nothing below ``lowest``
+            assert high is not None
+            if high <= lowest:
+                return 0
+            below = sorted(counts)[:2]
+            guess = max(lowest, min(high - 1, meets(below[0], below[1] if len(below) > 1 else None, high - 1)))
+        elif high is None:  # every size counted fits: go up, to ``limit``
             if limit is not None and low >= limit:
                 return limit
-            slope = (at_low - previous[1]) / (low - previous[0]) if previous else at_low / low
-            guess = low + max(1, math.ceil((room - at_low) / max(slope, 1e-9)) + 1)
-            if limit is not None and guess >= limit:
-                guess = limit
-        elif bisect:
-            guess = (low + high) // 2
+            above = sorted(counts)[-2:]
+            guess = max(low + 1, meets(above[-1], above[0] if len(above) > 1 else None, 2 * low))
+            guess = guess if limit is None else min(limit, guess)
         else:
-            guess = low + round((room - at_low) * (high - low) / max(at_high - at_low, 1))
-        guess = max(low + 1, guess if high is None else min(high - 1, guess))
-        width = None if high is None else high - low
-        at_guess = count(guess)
-        if at_guess <= room:
-            previous, (low, at_low) = (low, at_low), (guess, at_guess)
-        else:
-            high, at_high = guess, at_guess
-        bisect = width is not None and high is not None and (high - low) * 2 > width
-    return low
+            if high - low <= 1:
+                return low
+            stalls = stalls + 1 if width is not None and (high - low) * 2 > width else 0
+            middle = (low + high) // 2
+            guess = middle if stalls >= 2 else max(low + 1, min(high - 1, meets(high, low, middle)))

@@ -19,7 +19,7 @@ from collections.abc import Hashable, Sequence
 
 from nspec.compiler.draws import Draws
 from nspec.compiler.tasks.ruler.base import Built
-from nspec.compiler.tasks.ruler.sampling import distinct_indices, permutation
+from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order
 from nspec.compiler.tasks.ruler.words import common_words_vocabulary
 
 TEMPLATE = (
@@ -68,7 +68,7 @@ class CommonWords:
         chosen = [self.vocabulary[i] for i in distinct_indices(draws, self.limit, num_words)]
         common, uncommon = chosen[: self.num_cw], chosen[self.num_cw :]
         entries = common * common_repeats + uncommon * uncommon_repeats
-        order = permutation(Draws("ruler-cwe", self.seed, "order", len(entries)), len(entries))
+        order = fixed_order("ruler-cwe", self.seed, len(entries))
         return numbered([entries[i] for i in order]), common
 
     def build(self, size: int) -> Built:

@@ -19,7 +19,7 @@ from collections.abc import Hashable
 
 from nspec.compiler.draws import Draws
 from nspec.compiler.tasks.ruler.base import Built
-from nspec.compiler.tasks.ruler.sampling import permutation
+from nspec.compiler.tasks.ruler.sampling import fixed_order
 
 TEMPLATE = (
     "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
@@ -105,7 +105,7 @@ class FrequentWords:
             for word, n in zip(self.vocabulary, counts(size, self.vocab_size, self.alpha), strict=True)
             for _ in range(n)
         ]
-        order = permutation(Draws("ruler-fwe", self.seed, "order", len(words)), len(words))
+        order = fixed_order("ruler-fwe", self.seed, len(words))
         return Built(
             text=TEMPLATE.format(context=" ".join(words[i] for i in order)),
             answer_prefix=ANSWER_PREFIX,

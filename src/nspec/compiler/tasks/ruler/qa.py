@@ -27,7 +27,7 @@ from typing import Any
 
 from nspec.compiler.draws import Draws
 from nspec.compiler.tasks.ruler.base import Built
-from nspec.compiler.tasks.ruler.sampling import distinct_indices, permutation
+from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order
 
 TEMPLATE = (
     "Answer the question based on the given documents. Only give me the answer and do not output any other words.\n\n"
@@ -123,7 +123,7 @@ class QuestionAnswering:
         """The sample with ``size`` documents; a larger size holds the documents of a smaller one and more."""
         chosen = self._documents(size)
         gold = set(self.question.gold)
-        order = permutation(Draws("ruler-qa", self.seed, "order", len(chosen)), len(chosen))
+        order = fixed_order("ruler-qa", self.seed, len(chosen))
         context = "\n\n".join(
             DOCUMENT.format(i=i + 1, document=self.corpus.documents[chosen[j]]) for i, j in enumerate(order)
         )

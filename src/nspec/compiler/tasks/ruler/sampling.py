@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
+from collections.abc import Hashable, Sequence
 
 from nspec.compiler.draws import Draws
 
@@ -30,3 +32,10 @@ def permutation(draws: Draws, n: int) -> list[int]:
     seed = draws.below(1 << 256).to_bytes(32, "big")
     keys = struct.unpack(f"<{n}Q", hashlib.shake_256(seed).digest(8 * n))
     return sorted(range(n), key=keys.__getitem__)
+
+
+@functools.lru_cache(maxsize=16)
+def fixed_order(task: str, seed: Hashable, n: int) -> Sequence[int]:
+    """The permutation of ``range(n)`` a task uses for every sample of ``n`` items: RULER shuffles with its fixed
+    seed, so all samples of a length share an arrangement. Kept: each sample of a length asks for it again."""
+    return tuple(permutation(Draws(task, seed, "order", n), n))
