@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -334,40 +334,59 @@ class CellMaker:
 
     def cells(self) -> Iterator[Cell]:
         for trial in range(self.trials):
-            for model in self.models:
-                yield from self._model_trial(model, trial)
+            if self.fills:
+                for model in self.models:
+                    yield from self._model_trial(model, trial)
+            else:
+                yield from self._generated_trial(trial)
+
+    def _generated_trial(self, trial: int) -> Iterator[Cell]:
+        """A trial of a family that makes its contexts: each sample's models one after another, so that they share
+        the sample's generator, builds and counts (RULER's models build the same text, bar its last line)."""
+        for variant, prompt in self.variants:
+            prompts = {m.label: _model_prompt(prompt, m) for m in self.models}
+            for length in self.lengths:
+                models = [m for m in self.models if self._takes(m, length)]
+                for point, task in self.tasks:
+                    for model in models:
+                        slot = _Slot(model, None, 0, variant, prompts[model.label], length, trial, point, task)
+                        made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
+                        yield from self._generated_cells(slot, made)
+
+    def _takes(self, model: Model, length: int) -> bool:
+        """Whether the model's max_context holds the length; one that does not is an error, or a drop counted."""
+        if model.max_context is None or length <= model.max_context:
+            return True
+        if self.on_too_long == "error":
+            raise CompileError(
+                f"cell {model.label} at context length {length} exceeds the model's max_context "
+                f"({model.max_context}); shorten grid.context_lengths or set run.on_too_long: drop"
+            )
+        self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
+        return False
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
         self._o200k_pieces.clear()
-        texts: dict[str, tuple[TokenizedText | None, int]] = {}
+        texts: dict[str, tuple[TokenizedText, int]] = {}
 
         def text(task: Task) -> tuple[TokenizedText | None, int]:
             """The trial's tokenised haystack of a task, and its first token: the spec's, or the task's own
             variant of it (`Task.haystack`, e.g. sentence-shuffled)."""
             source = getattr(task, "haystack", None) or self.source
             if source.digest not in texts:
-                tt = self._text(model.tokenizer, trial, source) if self.fills else None
-                texts[source.digest] = (tt, self._start(tt, trial) if tt is not None else 0)
+                tt = self._text(model.tokenizer, trial, source)
+                texts[source.digest] = (tt, self._start(tt, trial))
             return texts[source.digest]
 
         for variant, prompt in self.variants:
-            prompt = {k: v for k, v in {**prompt, **model.prompt_override}.items() if v is not None}
+            prompt = _model_prompt(prompt, model)
             for length in self.lengths:
-                if model.max_context is not None and length > model.max_context:
-                    if self.on_too_long == "error":
-                        raise CompileError(
-                            f"cell {model.label} at context length {length} exceeds the model's max_context "
-                            f"({model.max_context}); shorten grid.context_lengths or set run.on_too_long: drop"
-                        )
-                    self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
+                if not self._takes(model, length):
                     continue
                 for point, task in self.tasks:
                     tt, start = text(task) if self.read_haystack else (None, 0)
                     slot = _Slot(model, tt, start, variant, prompt, length, trial, point, task)
                     made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
-                    if not self.fills:
-                        yield from self._generated_cells(slot, made)
-                        continue
                     drafts = (self._draft(slot, draft) for draft in made)
                     if not self.read_haystack:
                         for draft in drafts:
@@ -878,6 +897,11 @@ class CellMaker:
         reserve = slot.prompt.get("reserve_tokens", 300)
         per_token = slot.model.tokenizer.scale(1_000_000) / 1_000_000
         return max(0, int((length - reserve) / per_token) - head)
+
+
+def _model_prompt(prompt: Mapping[str, Any], model: Model) -> dict[str, Any]:
+    """A prompt variant with the model's overrides (an override of None removes the field)."""
+    return {k: v for k, v in {**prompt, **model.prompt_override}.items() if v is not None}
 
 
 def _sized_prompt(model: Model, system: str | None, built: Built) -> Prompt:

@@ -62,9 +62,9 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
 DEFAULT_PROXY_MARGIN = 0.2
 _MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts kept
 _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
-_MEMO_ENTRIES = 50_000  # counts kept, at most (then start afresh): 200 MB at worst, a few MB as a rule
+_MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_part_count`)
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
-_LONG_PART_ENTRIES = 32  # parts too long for the memo whose counts are kept: a trial's contexts, for its other models
+_LONG_PART_ENTRIES = 4  # parts too long for the memo whose counts are kept: a sample's context, for its other models
 
 
 class TokenLengths(Protocol):
@@ -182,6 +182,8 @@ class TiktokenTokenizer:
     margin: float = 0.0
     # Counts of short texts: fitting a context counts the same templates, needles and joins again and again.
     _counted: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _counted_before: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _counted_characters: int = field(default=0, repr=False, compare=False)
     # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record.
     _recent: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     # Counts of the last long parts: the other models of a trial count the same contexts with other endings.
@@ -209,16 +211,23 @@ class TiktokenTokenizer:
         return tokens
 
     def _part_count(self, text: str) -> int:
-        short = len(text) <= _PART_CHARACTERS
-        tokens = (self._counted if short else self._long_parts).get(text)
-        if tokens is None:
-            tokens = len(self.encoding.encode_ordinary(text))
-            if short:
-                if len(self._counted) >= _MEMO_ENTRIES:
-                    self._counted.clear()
-                self._counted[text] = tokens
-            else:
+        if len(text) > _PART_CHARACTERS:
+            tokens = self._long_parts.get(text)
+            if tokens is None:
+                tokens = len(self.encoding.encode_ordinary(text))
                 _keep(self._long_parts, text, tokens, _LONG_PART_ENTRIES)
+            return tokens
+        tokens = self._counted.get(text)
+        if tokens is None:
+            # Two generations, the older one read once more: what is still counted (an essay's sentences, a
+            # template's lines) moves to the new one; what was counted once (a sample's random lines) goes.
+            tokens = self._counted_before.get(text)
+            if tokens is None:
+                tokens = len(self.encoding.encode_ordinary(text))
+            self._counted[text] = tokens
+            self._counted_characters += len(text)
+            if self._counted_characters > _MEMO_KEPT:
+                self._counted_before, self._counted, self._counted_characters = self._counted, {}, 0
         return tokens
 
     def scale(self, tokens: int) -> int:

@@ -22,7 +22,7 @@ import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from nspec.errors import CompileError, UserError
 
@@ -129,18 +129,18 @@ class RulerFamily:
         return list(dict.fromkeys(data_file(p, dataset, base_dir) for p, dataset in datasets if dataset is not None))
 
 
-_SAMPLES_KEPT = 2  # samples whose generators (and last builds) a task keeps for the other models of a trial
-
-
 class RulerCells:
     """One RULER task's samples: one draft per slot, its trial the sample."""
+
+    # The sample last made (its task, trial and length) with its last builds. One for every task: a sample's models
+    # come one after another, so a compile holds one sample's texts (a few MB at 128K), not one per task.
+    _current: ClassVar[tuple[tuple[RulerCells, int, int], tuple[Callable[[int], Built], int, int | None]] | None] = None
 
     def __init__(self, setup: Setup) -> None:
         self.params = dict(setup.params)
         self.name: str = self.params["task"]
         self.task = TASKS[self.name]
         self.seed = (setup.seed, self.name)
-        self._samples: dict[tuple[int, int], tuple[Callable[[int], Built], int, int | None]] = {}
         self.base_dir = setup.base_dir
         # A parameter is refused only when no task of the spec's sweep takes it.
         names = list(dict.fromkeys(str({**self.params, **p}["task"]) for p in registry.points(setup.spec)))
@@ -195,17 +195,17 @@ class RulerCells:
         yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
 
     def _sample(self, slot: Slot) -> tuple[Callable[[int], Built], int, int | None]:
-        """The slot's sample (`_generator`, checked), its last builds kept: the same object for every model of a
-        trial, which build the same prompts (but vt's, which counts its example in the model's tokens)."""
-        key = (slot.trial, slot.length)
-        made = self._samples.get(key)
-        if made is None or self.task.kind == "vt":
-            build, step, limit = self._generator(slot)
-            made = (functools.lru_cache(maxsize=2)(self._checked(build, slot)), step, limit)
-            if self.task.kind != "vt":
-                if len(self._samples) >= _SAMPLES_KEPT:
-                    del self._samples[next(iter(self._samples))]
-                self._samples[key] = made
+        """The slot's sample (`_generator`, checked), its last builds kept: the same object for the models of a
+        trial, which come one after another and build the same prompts (but vt's, which counts its example in the
+        model's tokens)."""
+        key = (self, slot.trial, slot.length)
+        current = RulerCells._current
+        if current is not None and current[0] == key and self.task.kind != "vt":
+            return current[1]
+        RulerCells._current = None  # its texts go before the next sample's are made
+        build, step, limit = self._generator(slot)
+        made = (functools.lru_cache(maxsize=2)(self._checked(build, slot)), step, limit)
+        RulerCells._current = (key, made)
         return made
 
     def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:

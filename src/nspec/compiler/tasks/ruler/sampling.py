@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import functools
 import hashlib
 import struct
@@ -34,8 +35,9 @@ def permutation(draws: Draws, n: int) -> list[int]:
     return sorted(range(n), key=keys.__getitem__)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=64)
 def fixed_order(task: str, seed: Hashable, n: int) -> Sequence[int]:
     """The permutation of ``range(n)`` a task uses for every sample of ``n`` items: RULER shuffles with its fixed
-    seed, so all samples of a length share an arrangement. Kept: each sample of a length asks for it again."""
-    return tuple(permutation(Draws(task, seed, "order", n), n))
+    seed, so all samples of a length share an arrangement. Kept, compactly (each trial asks for every length's
+    again): a few MB for RULER's lists at 4K to 128K."""
+    return array.array("I", permutation(Draws(task, seed, "order", n), n))
