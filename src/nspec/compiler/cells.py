@@ -354,7 +354,8 @@ class CellMaker:
                         yield from self._generated_cells(slot, made)
 
     def _takes(self, model: Model, length: int) -> bool:
-        """Whether the model's max_context holds the length; one that does not is an error, or a drop counted."""
+        """Whether the model's max_context holds the length; one that does not is an error, or its cells are counted
+        as dropped."""
         if model.max_context is None or length <= model.max_context:
             return True
         if self.on_too_long == "error":
@@ -362,7 +363,8 @@ class CellMaker:
                 f"cell {model.label} at context length {length} exceeds the model's max_context "
                 f"({model.max_context}); shorten grid.context_lengths or set run.on_too_long: drop"
             )
-        self.dropped[model.label] = self.dropped.get(model.label, 0) + 1
+        dropped = sum(task.cells([length]) for _, task in self.tasks)
+        self.dropped[model.label] = self.dropped.get(model.label, 0) + dropped
         return False
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
