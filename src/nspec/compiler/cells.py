@@ -49,11 +49,6 @@ from .tokenizers import Tokenizer, chat_framing, encoding
 
 _HAYSTACK_MARK = "\x00haystack\x00"
 _CLEAN_LINE_START = re.compile(r"(?<=\n)(?=[A-Za-z0-9])")  # a clean cut point (`compiler.haystack`)
-# The grid index each size search last found, per family, prompt variant, length and draft: where the next search of
-# the same sample starts (another model's; compile's after validate's pass over the same spec). A hint only: a search
-# finds the same size from anywhere, in fewer counts from close by.
-_SEARCHED: dict[tuple[str, str, int, str], int | None] = {}
-_SEARCHED_KEPT = 10_000
 # A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
 # long sentences the nearest sentence boundary can be that far.
 FAR_FROM_DEPTH = 5.0
@@ -257,6 +252,13 @@ class CellMaker:
         self._o200k_pieces: dict[str, int] = {}  # see `_o200k_count`
         self._fixed_tokens: dict[tuple[str, ...], tuple[int, bool]] = {}  # a Fixed draft's count, per model
         self._sizes: dict[tuple[str, str, int, str], int] = {}  # a Sized draft's size, per model, length and draft
+        # The grid index the last search found per prompt variant, length and draft: where the next model's search
+        # of the same sample starts. A hint only: a search finds the same size from anywhere, in fewer counts from
+        # close by.
+        self._searched: dict[tuple[str, int, str], int | None] = {}
+        # validate: a generated context is built at its smallest size only, which is all a refusal depends on (a
+        # size that fits there means some size fits; generators refuse only sizes too small for what they hold).
+        self.smallest_sizes = False
         self.caching = CachePlanner(self.seed)
         self._heads: dict[str, int] = {}  # per cache group: tokens before the haystack (own units)
         # False: cells are counted without building their request lines (a plan), except where a counts file is
@@ -607,7 +609,10 @@ class CellMaker:
             return at(size)[2] + reserve <= target
 
         key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, made.identity], sort_keys=True))
-        if sized.search is None:
+        smallest = sized.step if sized.search is None else sized.search.first
+        if self.smallest_sizes:
+            size = smallest if (sized.limit is None or smallest <= sized.limit) and fits(smallest) else 0
+        elif sized.search is None:
             # The last sample's size at this length: most samples fit within a step of it, found in two or three
             # builds.
             size = largest_fitting(fits, sized.step, sized.limit, near=self._sizes.get(key))
@@ -620,7 +625,7 @@ class CellMaker:
             cid = cell_id(model, {"model": model.label, **self._identity(slot, made)})
             raise CompileError(
                 f"cell {cid} ({model.label}, length {slot.length}): the {self.family.name} task at its smallest size "
-                f"({sized.step}) needs more than {target - reserve} tokens (the length less reserve_tokens {reserve})"
+                f"({smallest}) needs more than {target - reserve} tokens (the length less reserve_tokens {reserve})"
             )
         built, prompt, tokens, exact = at(size)
         expected = [*made.expected, *built.expected]
@@ -629,8 +634,7 @@ class CellMaker:
 
     def _searched_size(self, key: tuple[str, str, int, str], slot: _Slot, made: Draft, sized: Sized, room: int) -> int:
         """The largest size on ``sized.search``'s grid at which its sample fits ``room`` tokens (0 if none does),
-        found once per ``key``; the search starts from the size last found for the same task, prompt, length and
-        sample (another model's, or validate's in this process: `_SEARCHED`)."""
+        found once per ``key``; the search starts from the size another model found on the same sample."""
         searched = self._sizes.get(key)
         if searched is None:
             search, model, system = sized.search, slot.model, self._system(slot, made)
@@ -643,11 +647,8 @@ class CellMaker:
                 return self._prompt_tokens(model, _sized_prompt(model, system, search.build(size(k))))[0]
 
             last = None if sized.limit is None else (sized.limit - search.first) // search.step + 1
-            hint = (self.family.name, *key[1:])
-            k = largest_within(count, room, 1, last, _SEARCHED.get(hint)) if last is None or last >= 1 else 0
-            if len(_SEARCHED) >= _SEARCHED_KEPT:
-                _SEARCHED.clear()
-            _SEARCHED[hint] = k or None
+            k = largest_within(count, room, 1, last, self._searched.get(key[1:])) if last is None or last >= 1 else 0
+            self._searched[key[1:]] = k or None
             searched = self._sizes[key] = size(k) if k else 0
         return searched
 

@@ -738,7 +738,7 @@ def family_fit(
         return [SpecIssue(source.value(where), format_path(where), str(exc))]
     except UserError as exc:
         return [SpecIssue(source.value(at), format_path(at), str(exc))]
-    maker.trials, maker.build_requests, maker.read_haystack = 1, False, False
+    maker.trials, maker.build_requests, maker.read_haystack, maker.smallest_sizes = 1, False, False, True
     if not family.needs_haystack:
         # A generated context is sized by counting it (RULER's tasks count their parts too): under a floor no size
         # overflows, and the search grew it without end. Compile fits those models.
