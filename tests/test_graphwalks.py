@@ -146,6 +146,21 @@ def test_published_rows_run_as_they_are_at_the_smallest_length_they_fit(cli, spe
     assert read["name"] == "walks.jsonl" and read["bytes"] == (tmp_path / "walks.jsonl").stat().st_size
 
 
+def test_a_published_row_beyond_a_model_s_context_is_unplaced_not_dropped(cli, spec_file, tmp_path):
+    rows_file(tmp_path / "walks.jsonl", PUBLISHED)
+    short = DATA_SPEC.replace("{id: openai/gpt-4.1-mini}", "{id: openai/gpt-4.1-mini, max_context: 2000}")
+    run, cells, _ = compiled(cli, spec_file, tmp_path, short + "run: {on_too_long: drop}\n")
+    assert sorted((c["model"], c["item"]) for c in cells) == [
+        ("anthropic/claude-haiku-4-5", "row-0"),
+        ("anthropic/claude-haiku-4-5", "row-1"),
+        ("openai/gpt-4.1-mini", "row-0"),
+    ]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [m["dropped_cells"] for m in manifest["models"]] == [0, 0]  # a row goes where it fits, or nowhere:
+    (unplaced,) = [f for f in manifest["fallbacks"] if f["kind"] == "unplaced"]  # counted once, as unplaced
+    assert unplaced["cells"] == 1 and unplaced["message"].startswith("openai/gpt-4.1-mini: 1 of the task's prompts")
+
+
 @pytest.mark.parametrize(
     "content, params, message",
     [

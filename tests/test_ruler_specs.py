@@ -220,6 +220,24 @@ def test_an_including_spec_sets_lengths_trials_and_models_and_claude_gets_the_pr
     assert spec["task"]["params"] == {"task": "niah_multivalue"}
 
 
+def test_a_sample_s_models_come_together_and_a_length_beyond_one_s_context_drops_its_cells(folder, cli, tmp_path):
+    models = "[{id: openai/gpt-4.1-mini, max_context: 3000}, {id: anthropic/claude-haiku-4-5, max_context: 200000}]"
+    (folder / "mine.yaml").write_text(mine("niah_multikey_2", "[2048, 4096]", 2, models) + "run: {on_too_long: drop}\n")
+    run = compiled(cli, "mine.yaml", tmp_path / "out")
+    made = lines(run)
+    order = [(c["trial"], c["context_length"]["target"], c["model"]) for c, _ in made]
+    gpt, claude = "openai/gpt-4.1-mini", "anthropic/claude-haiku-4-5"
+    assert order == [(trial, n, m) for trial in (0, 1) for n, m in ((2048, gpt), (2048, claude), (4096, claude))]
+    for (a, ask_a), (b, ask_b) in zip(made[0::3], made[1::3], strict=True):  # one sample, for each model
+        (folded,) = ask_a["body"]["messages"]
+        user, prefill = ask_b["params"]["messages"]
+        assert a["expected"] == b["expected"] and folded["content"].endswith(prefill["content"])
+        assert user["content"].startswith(folded["content"][:150])  # the same sample, sized in each one's tokens
+    manifest = json.loads((run / "manifest.json").read_text())
+    dropped = {m["label"]: m["dropped_cells"] for m in manifest["models"]}
+    assert dropped == {gpt: 2, claude: 0}  # the sample at 4096 in each of 2 trials
+
+
 def test_specs_ruler_yaml_runs_the_13_tasks_as_one_grid(folder, cli, tmp_path):
     # as shipped: 500 samples a task, so as many questions
     (folder / "ruler" / "data" / "squad.json").write_text(json.dumps(squad(167)))

@@ -348,16 +348,16 @@ class CellMaker:
         for variant, prompt in self.variants:
             prompts = {m.label: _model_prompt(prompt, m) for m in self.models}
             for length in self.lengths:
-                models = [m for m in self.models if self._takes(m, length)]
+                models = [m for m in self.models if self._takes(m, variant, length, trial)]
                 for point, task in self.tasks:
                     for model in models:
                         slot = _Slot(model, None, 0, variant, prompts[model.label], length, trial, point, task)
                         made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
                         yield from self._generated_cells(slot, made)
 
-    def _takes(self, model: Model, length: int) -> bool:
-        """Whether the model's max_context holds the length; one that does not is an error, or its cells are counted
-        as dropped."""
+    def _takes(self, model: Model, variant: str | None, length: int, trial: int) -> bool:
+        """Whether the model's max_context holds the length; one that does not is an error, or the slot's cells are
+        counted as dropped (a `Fixed` prompt is not: it goes to a length the model takes, or is counted unplaced)."""
         if model.max_context is None or length <= model.max_context:
             return True
         if self.on_too_long == "error":
@@ -365,7 +365,8 @@ class CellMaker:
                 f"cell {model.label} at context length {length} exceeds the model's max_context "
                 f"({model.max_context}); shorten grid.context_lengths or set run.on_too_long: drop"
             )
-        dropped = sum(task.cells([length]) for _, task in self.tasks)
+        slot = Slot(variant, length, trial, self.seed, model.count)
+        dropped = sum(not isinstance(d.context, Fixed) for _, task in self.tasks for d in task.drafts(slot))
         self.dropped[model.label] = self.dropped.get(model.label, 0) + dropped
         return False
 
@@ -385,7 +386,7 @@ class CellMaker:
         for variant, prompt in self.variants:
             prompt = _model_prompt(prompt, model)
             for length in self.lengths:
-                if not self._takes(model, length):
+                if not self._takes(model, variant, length, trial):
                     continue
                 for point, task in self.tasks:
                     tt, start = text(task) if self.read_haystack else (None, 0)
