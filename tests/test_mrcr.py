@@ -137,6 +137,24 @@ def test_a_count_of_needles_that_cannot_fit_the_length_is_located(cli, spec_file
         assert "8 needles cannot fit a context length of 900" in result.err, (command, result.err)
 
 
+def test_a_later_sample_too_long_for_its_length_is_refused_located_by_plan_and_compile(cli, spec_file):
+    # The first sample fits 2,000 tokens at its smallest size, a later one does not: validate builds the first trial
+    # only (docs/writing-specs.md), plan and compile refuse where validate would, at grid.context_lengths.
+    tight = (
+        SPEC.replace("[1800, 3600]", "[2000]")
+        .replace("[2, 4]", "[8]")
+        .replace("params: {needles", "trials: 20, params: {needles")
+    )
+    name = spec_file(
+        tight.replace("{id: openai/gpt-4.1-mini}, {id: anthropic/claude-haiku-4-5}", "{id: openai/gpt-4.1-mini}")
+    )
+    for command in (["plan"], ["compile", "-o", "out"]):
+        result = cli(*command, name)
+        assert result.code == 2, (command, result.err)
+        assert "spec.yaml:5:" in result.err and "grid.context_lengths: cell openai-gpt-4-1-mini-" in result.err
+        assert "the mrcr task at its smallest size (1) needs more than 1700 tokens" in result.err, result.err
+
+
 def test_mrcr_runs_with_conversations_is_scored_by_similarity_and_tabled(cli, spec_file, tmp_path, emulator, api_keys):
     """The conversations go to the emulator over Anthropic's Messages API (turn by turn), answered from the run's
     cells with a seeded share missed, scored by OpenAI's grade and tabled as the report tables it."""

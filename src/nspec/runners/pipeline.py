@@ -32,7 +32,7 @@ from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
 from nspec.runners.run_store import Run, check_results, exclusive
 from nspec.runners.session import Session, failure_summary, grade, set_scoring, stage_status, stages
-from nspec.spec import load_spec
+from nspec.spec import load_spec, located_cells
 from nspec.spec.provenance import describe
 
 
@@ -94,9 +94,10 @@ def compile_spec(
     The spec reads files under its root only, and under the folders ``allowed``; a grid of more than ``max_cells``
     cells is refused."""
     loaded = load_spec(spec_file, allowed)
-    result = compile_run(
-        loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
-    )
+    with located_cells(loaded):
+        result = compile_run(
+            loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
+        )
     return Compiled(result.path, result.path.name, result.created, destinations(loaded.data))
 
 

@@ -761,8 +761,13 @@ def family_fit(
             for _ in maker.cells():
                 pass
     except CompileError as exc:
-        return [SpecIssue(source.value(("grid", "context_lengths")), "grid.context_lengths", str(exc))]
+        return [lengths_issue(source, str(exc))]
     return []
+
+
+def lengths_issue(source: SourceMap, message: str) -> SpecIssue:
+    """A cell that cannot be made at its length, said where the lengths are set: `grid.context_lengths`."""
+    return SpecIssue(source.value(("grid", "context_lengths")), "grid.context_lengths", message)
 
 
 def warnings(data: dict[str, Any], source: SourceMap) -> list[SpecIssue]:

@@ -10,7 +10,8 @@ import copy
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -21,7 +22,7 @@ from nspec.compiler.counts_file import COUNTS_SUFFIX, CountsFile
 from nspec.compiler.judge_prompts import judge_prompt
 from nspec.compiler.provider_registry import provider
 from nspec.compiler.tasks import registry
-from nspec.errors import Location, SpecError, SpecIssue, UserError
+from nspec.errors import CellError, Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
 from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
@@ -51,6 +52,16 @@ class LoadedSpec:
     def base_dir(self) -> str:
         """The folder that relative paths in the resolved spec start from."""
         return os.path.dirname(self.file) or "."
+
+
+@contextmanager
+def located_cells(loaded: LoadedSpec) -> Iterator[None]:
+    """A cell that compile, plan or calibrate cannot make at its length, refused as validate refuses what it finds
+    of the same kind (it builds the first trial only): located at `grid.context_lengths`."""
+    try:
+        yield
+    except CellError as exc:
+        raise SpecError([checks.lengths_issue(loaded.source, str(exc))]) from None
 
 
 def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:

@@ -49,6 +49,8 @@ def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = 
         low, jump = start, 1
         while ok(low + jump):
             low, jump = low + jump, jump * 2
+            if low * step >= NEVER:
+                raise ValueError(f"a size of {low * step:,} still fits: the context does not grow with the size")
         high = low + jump
     else:  # gallop down from a size that does not fit to one that does (or to nothing)
         high, jump = start, 1
@@ -71,22 +73,24 @@ def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = 
 def largest_within(
     count: Callable[[int], int], room: int, lowest: int = 1, limit: int | None = None, near: int | None = None
 ) -> int:
-    """The largest whole size from ``lowest`` up (to ``limit`` when one is given) whose ``count`` is within
-    ``room``; 0 when even ``lowest``'s is not. RULER binary-searches this size once per task and length.
+    """The largest whole size from ``lowest`` (or ``limit``, when it is lower, as RULER's bounds have it) up to
+    ``limit`` whose ``count`` is within ``room``; 0 when even the lowest one's is not. RULER binary-searches this
+    size once per task and length.
 
-    ``count`` must grow with the size. A prompt's tokens grow almost linearly in it, so each guess is where the line
-    through the two nearest sizes counted so far meets ``room`` (through nothing and the one size, at first): a
-    handful of calls of ``count`` (each builds and counts a whole context) instead of a binary search's twenty.
-    Where two guesses in a row each leave more than half of the interval, the next one bisects it, so the worst
-    case stays logarithmic. ``near``, a size the answer is likely close to (another model's, on the same sample),
-    is counted first: two calls when it is right, and the same answer whatever it is.
+    ``count`` must not fall as the size grows. A prompt's tokens grow almost linearly in it, so each guess is where
+    the line through the two nearest sizes counted so far meets ``room`` (through nothing and the one size, at
+    first): a handful of calls of ``count`` (each builds and counts a whole context) instead of a binary search's
+    twenty. Where guesses leave more than half of what is left to search (two more such than not), or the line
+    does not rise, the next one bisects it, so the worst case stays logarithmic; no guess goes past ``OVERSHOOT``
+    times the largest size known to fit. ``near``, a size the answer is likely close to (another model's, on the
+    same sample), is counted first: two calls when it is right, and the same answer whatever it is.
     """
     if limit is not None and limit < lowest:
         lowest = limit
     counts: dict[int, int] = {}
     low: int | None = None  # the largest size known to fit
     high: int | None = None  # the smallest size known not to
-    stalls = 0  # guesses in a row that left more than half of the interval
+    stalls = 0  # guesses that left more than half of what was left, less those that did not
 
     def meets(a: int, b: int | None, default: int) -> int:
         """The size where the line through sizes ``a`` and ``b`` (or through nothing, at 0) reaches ``room``,
@@ -97,27 +101,37 @@ def largest_within(
 
     guess = lowest if near is None else max(lowest, near if limit is None else min(near, limit))
     while True:
-        width = None if low is None or high is None else high - low
+        floor = lowest - 1 if low is None else low  # below it, every size fits (none, below ``lowest``)
+        left = None if high is None else high - floor
         counts[guess] = count(guess)
         if counts[guess] <= room:
             low = guess if low is None else max(low, guess)
         else:
             high = guess if high is None else min(high, guess)
+        if high is not None:
+            floor = lowest - 1 if low is None else low
+            if high - floor <= 1:
+                return 0 if low is None else low
+            stalls = stalls + 1 if left is not None and (high - floor) * 2 > left else max(0, stalls - 1)
+            middle = (floor + high + 1) // 2
         if low is None:  # every size counted overflows: go down, to nothing below ``lowest``
             assert high is not None
-            if high <= lowest:
-                return 0
             below = sorted(counts)[:2]
-            guess = max(lowest, min(high - 1, meets(below[0], below[1] if len(below) > 1 else None, high - 1)))
+            line = meets(below[0], below[1] if len(below) > 1 else None, middle)
+            guess = middle if stalls >= 2 else max(lowest, min(high - 1, line))
         elif high is None:  # every size counted fits: go up, to ``limit``
             if limit is not None and low >= limit:
                 return limit
+            if low >= NEVER:
+                raise ValueError(f"a size of {low:,} still fits {room:,}: the count does not grow with the size")
             above = sorted(counts)[-2:]
-            guess = max(low + 1, meets(above[-1], above[0] if len(above) > 1 else None, 2 * low))
+            line = meets(above[-1], above[0] if len(above) > 1 else None, 2 * low)
+            guess = max(low + 1, min(OVERSHOOT * low, line))
             guess = guess if limit is None else min(limit, guess)
         else:
-            if high - low <= 1:
-                return low
-            stalls = stalls + 1 if width is not None and (high - low) * 2 > width else 0
-            middle = (low + high) // 2
             guess = middle if stalls >= 2 else max(low + 1, min(high - 1, meets(high, low, middle)))
+
+
+NEVER = 2**40  # a size no context reaches: a search that gets there has a count that does not grow
+OVERSHOOT = 1024  # how far past the largest size known to fit a search may guess: RULER's first guess, from its
+# smallest size, lands a few hundred times further; a count that grows faster than a line must not send it far beyond

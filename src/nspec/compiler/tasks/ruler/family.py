@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from nspec.errors import CompileError, UserError
+from nspec.errors import CellError, CompileError, UserError
 
 from .. import Draft, ParamError, Setup, Sized, SizeSearch, Slot, registry
 from . import cwe, fwe, niah, qa, vt
@@ -217,7 +217,7 @@ class RulerCells:
             try:
                 built = build(size)
             except ValueError as exc:
-                raise CompileError(f"RULER's {self.name} at length {slot.length:,}: {exc}") from None
+                raise CellError(f"RULER's {self.name} at length {slot.length:,}: {exc}") from None
             return replace(built, answer_prefix=built.answer_prefix.rstrip())
 
         return checked
@@ -248,7 +248,7 @@ class RulerCells:
             corpus = _corpus(dataset, data_file(p, dataset, self.base_dir))
             return qa.QuestionAnswering(corpus, self.seed, sample).build, qa.INCREMENTAL, None
         except ValueError as exc:
-            raise CompileError(f"RULER's {self.name} at length {length:,}: {exc}") from None
+            raise CellError(f"RULER's {self.name} at length {length:,}: {exc}") from None
 
 
 # What the report and judges show as the cell's question (the prompt holds RULER's own).
