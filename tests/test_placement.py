@@ -6,9 +6,10 @@ import re
 import shutil
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from nspec.compiler.provider_registry import message_text
 from nspec.compiler.run_writer import compile_run
 from nspec.spec import load_spec
 from tests.conftest import ROOT
@@ -54,7 +55,7 @@ def misplaced(run: Path, separator: str | None) -> list[str]:
         for line in shard.read_text(encoding="utf-8").splitlines():
             request = json.loads(line)
             body = request.get("body") or request["params"]
-            user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+            user = next(message_text(m["content"]) for m in body["messages"] if m["role"] == "user")  # cache blocks too
             requests[request["custom_id"]] = user
     bad = []
     for raw in (run / "cells.jsonl").read_text(encoding="utf-8").splitlines():
@@ -100,6 +101,8 @@ models: [{{id: openai/gpt-4.1-mini}}, {{id: anthropic/claude-haiku-4-5}}]
 """
 
 
+@example(kind="files", seed=0, lengths=[5969], depths=[100.0, 69.0, 70.0], trials=1, count=1, placement="spread")
+@example(kind="stack", seed=0, lengths=[5969], depths=[100.0, 69.0, 70.0], trials=1, count=1, placement="spread")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     kind=st.sampled_from(sorted(HAYSTACKS)),
