@@ -9,6 +9,10 @@ from typing import Any
 
 from nspec.prompt import Turn
 
+NEVER = 2**40  # a size no context reaches: a search that gets there has a count that does not grow
+OVERSHOOT = 1024  # how far past the largest size known to fit a search may guess: RULER's first guess, from its
+# smallest size, lands a few hundred times further; a count that grows faster than a line must not send it far beyond
+
 
 @dataclass(frozen=True)
 class Built:
@@ -130,8 +134,3 @@ def largest_within(
             guess = guess if limit is None else min(limit, guess)
         else:
             guess = middle if stalls >= 2 else max(low + 1, min(high - 1, meets(high, low, middle)))
-
-
-NEVER = 2**40  # a size no context reaches: a search that gets there has a count that does not grow
-OVERSHOOT = 1024  # how far past the largest size known to fit a search may guess: RULER's first guess, from its
-# smallest size, lands a few hundred times further; a count that grows faster than a line must not send it far beyond

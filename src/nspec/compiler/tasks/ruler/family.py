@@ -188,8 +188,8 @@ class RulerCells:
         def first(size: int) -> Built:  # RULER searches the size on one sample: the first
             return self._sample(replace(slot, trial=0))[0](size)
 
-        # Binary, over every whole size from RULER's step up; fwe's (its own loop, older than the rest) grown from
-        # (L - 50) // 6 words by its step.
+        # The grid searched: every whole size from RULER's step up (RULER binary-searches it); fwe's (its own loop,
+        # older than the rest) from (L - 50) // 6 words by its step.
         grid = (fwe.first_size(slot.length), step) if task.kind == "fwe" else (step, 1)
         sized = Sized(build, step, limit, task.tokens_to_generate, SizeSearch(first, *grid))
         yield Draft({"task": self.name}, sized, _QUESTIONS[task.kind], data=data)
