@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.tasks import registry
+from tests.distributions import reload_plugins
 
 MODULE = """
 from nspec.compiler.tasks import Draft, Fixed, Sized
@@ -134,8 +134,8 @@ def families(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     points = "[nspec.tasks]\ncounting = nspec_families:COUNTING\nreplay = nspec_families:REPLAY\n"
     (info / "entry_points.txt").write_text(points, encoding="utf-8")
     monkeypatch.syspath_prepend(str(site))
-    registry.reload()
+    reload_plugins()
     yield site
     monkeypatch.undo()
     sys.modules.pop("nspec_families", None)
-    registry.reload()
+    reload_plugins()

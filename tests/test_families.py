@@ -150,7 +150,7 @@ def test_a_spec_names_a_family_and_sweeps_its_params(cli, spec_file, tmp_path):
     [
         (
             ("name: counting", "name: countin"),
-            "spec.yaml:4:14: task.name: unknown task family 'countin': the installed families are context-rot, "
+            "spec.yaml:4:14: task.name: unknown task family 'countin': the installed task families are context-rot, "
             "counting, graphwalks, mrcr, needle, nolima, replay, ruler, stack",
         ),
         (("params: {word: fig}", "params: {wrd: fig}"), "spec.yaml:4:33: task.params.wrd: unknown key 'wrd'"),

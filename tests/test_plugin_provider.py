@@ -176,11 +176,11 @@ def toy_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nspec-toy\nVersion: 0.1\n", encoding="utf-8")
     (info / "entry_points.txt").write_text("[nspec.providers]\ntoy = nspec_toy:PROVIDER\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(site))
-    providers.reload()
+    providers.PROVIDERS.reload()
     yield site
     monkeypatch.undo()
     sys.modules.pop("nspec_toy", None)
-    providers.reload()
+    providers.PROVIDERS.reload()
 
 
 @pytest.fixture
@@ -245,7 +245,7 @@ def test_a_fresh_process_finds_the_installed_plugin(toy_package, toy_server, tmp
 def test_a_plugin_that_fails_to_load_is_named(toy_package, cli, spec_file):
     (toy_package / "nspec_toy.py").write_text("raise ImportError('no module named toy_sdk')\n", encoding="utf-8")
     sys.modules.pop("nspec_toy", None)
-    providers.reload()
+    providers.PROVIDERS.reload()
     path = spec_file(
         "nspec: 1\nname: t\nhaystack: {corpus: austen}\nneedles: [{text: a, question: b, answer: c}]\n"
         "grid: {context_lengths: [500]}\nprompt: {user: '{haystack} {question}'}\n"
@@ -253,6 +253,10 @@ def test_a_plugin_that_fails_to_load_is_named(toy_package, cli, spec_file):
     )
     result = cli("validate", path)
     assert result.code == 2
-    assert "the 'toy' provider (nspec_toy:PROVIDER) failed to load: no module named toy_sdk" in result.err
-    listed = cli("providers")  # the others are listed as usual, the broken one with its error
-    assert listed.code == 0 and "failed to load: no module named toy_sdk" in listed.out and "anthropic" in listed.out
+    assert (
+        "models[0].id: the provider 'toy' (entry point `toy = nspec_toy:PROVIDER` of nspec-toy 0.1) failed to load: "
+        "ImportError: no module named toy_sdk" in result.err
+    )
+    listed = cli("providers", "--json")  # the others are listed as usual, the broken one with its error
+    rows = {row["provider"]: row for row in json.loads(listed.out)}
+    assert listed.code == 0 and "ImportError: no module named toy_sdk" in rows["toy"]["error"] and "anthropic" in rows

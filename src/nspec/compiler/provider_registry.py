@@ -13,14 +13,12 @@ Entry points are loaded on first use, so a broken plugin only matters to specs t
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import ipaddress
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
@@ -28,6 +26,7 @@ from urllib.parse import urlsplit
 from nspec import secrets
 from nspec.compiler.prices import Usage
 from nspec.errors import AuthenticationFailed, UserError
+from nspec.plugins import Registry, named_itself
 
 if TYPE_CHECKING:
     from nspec.compiler.caching import CacheCut, CacheStyle
@@ -440,36 +439,23 @@ def message_text(content: Any) -> str:
 
 # -- the registry ----------------------------------------------------------------------------------------------
 
+PROVIDERS: Registry[Provider] = Registry(
+    GROUP,
+    "provider",
+    "providers",
+    named_itself,
+    {"gemini": " (Gemini models are google/<model>)", "claude": " (Claude models are anthropic/<model>)"},
+)
 
-@functools.cache
-def _entry_points() -> dict[str, metadata.EntryPoint]:
-    return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
 
-
-@functools.cache
 def provider(name: str) -> Provider:
     """The provider registered as ``name`` (the `provider/` prefix of a model id), loaded on first use."""
-    points = _entry_points()
-    if name not in points:
-        known = ", ".join(sorted(points)) or "none"
-        meant = {"gemini": " (Gemini models are google/<model>)", "claude": " (Claude models are anthropic/<model>)"}
-        raise UserError(f"unknown provider {name!r}{meant.get(name, '')}: the installed providers are {known}")
-    try:
-        loaded: Provider = points[name].load()
-    except Exception as exc:  # a plugin that cannot load is the plugin's fault, said as such
-        raise UserError(f"the {name!r} provider ({points[name].value}) failed to load: {exc}") from None
-    return loaded
+    return PROVIDERS.get(name)
 
 
 def names() -> list[str]:
     """Every registered provider name."""
-    return sorted(_entry_points())
-
-
-def reload() -> None:
-    """Read the entry points again (after installing a provider in the same process)."""
-    _entry_points.cache_clear()
-    provider.cache_clear()
+    return PROVIDERS.names()
 
 
 @dataclass(frozen=True)

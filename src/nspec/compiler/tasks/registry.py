@@ -10,61 +10,24 @@ A third-party package registers a family with an entry point that loads an objec
 
 from __future__ import annotations
 
-import functools
-import importlib
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
-from nspec.errors import UserError
+from nspec.plugins import Registry, named_itself
 
 from . import Family
 
-GROUP = "nspec.tasks"
-# The built-in families (a module each, with its `FAMILY`), loaded on first use.
-BUILT_IN = {
-    "needle": "nspec.compiler.tasks.needle",
-    "stack": "nspec.compiler.tasks.stack",
-    "nolima": "nspec.compiler.tasks.nolima",
-    "context-rot": "nspec.compiler.tasks.context_rot",
-    "graphwalks": "nspec.compiler.tasks.graphwalks",
-    "mrcr": "nspec.compiler.tasks.mrcr",
-    "ruler": "nspec.compiler.tasks.ruler.family",
-}
-
-
-@functools.cache
-def _entry_points() -> dict[str, metadata.EntryPoint]:
-    return {ep.name: ep for ep in metadata.entry_points(group=GROUP) if ep.name not in BUILT_IN}
+FAMILIES: Registry[Family] = Registry("nspec.tasks", "task family", "task families", named_itself)
 
 
 def names() -> list[str]:
     """Every family a spec may name."""
-    return sorted({*BUILT_IN, *_entry_points()})
+    return FAMILIES.names()
 
 
-@functools.cache
 def family(name: str) -> Family:
     """The family registered as ``name``, loaded on first use; an unknown name is a user error naming the known."""
-    if name in BUILT_IN:
-        loaded: Family = importlib.import_module(BUILT_IN[name]).FAMILY
-        return loaded
-    points = _entry_points()
-    if name not in points:
-        raise UserError(f"unknown task family {name!r}: the installed families are {', '.join(names())}")
-    try:
-        loaded = points[name].load()
-    except Exception as exc:  # a plugin that cannot load is the plugin's fault, said as such
-        raise UserError(f"the {name!r} task family ({points[name].value}) failed to load: {exc}") from None
-    if getattr(loaded, "name", None) != name:
-        raise UserError(f"the {name!r} task family ({points[name].value}) calls itself {loaded.name!r}")
-    return loaded
-
-
-def reload() -> None:
-    """Read the entry points again (after installing a family in the same process)."""
-    _entry_points.cache_clear()
-    family.cache_clear()
+    return FAMILIES.get(name)
 
 
 def named(spec: Mapping[str, Any]) -> str:

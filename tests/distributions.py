@@ -1,0 +1,45 @@
+"""Installing a package the way pip leaves one: its modules on the path and a dist-info naming its entry points,
+so importlib.metadata finds it as it finds any installed distribution."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from nspec.compiler import provider_registry
+from nspec.compiler.tasks import registry
+
+
+def reload_plugins() -> None:
+    """Every registry reads its entry points again."""
+    provider_registry.PROVIDERS.reload()
+    registry.FAMILIES.reload()
+
+
+def install(
+    site: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    modules: Mapping[str, str],
+    entry_points: Mapping[str, Mapping[str, str]],
+) -> None:
+    """Install the distribution ``name`` (version 0.1) into ``site``: ``modules`` (module name to source text) and
+    ``entry_points`` (group to name to `module:object`), then put ``site`` on the path."""
+    normal = name.replace("-", "_")
+    info = site / f"{normal}-0.1.dist-info"
+    info.mkdir(parents=True)
+    for module, text in modules.items():
+        (site / f"{module}.py").write_text(textwrap.dedent(text), encoding="utf-8")
+        sys.modules.pop(module, None)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
+    groups = "".join(
+        f"[{group}]\n" + "".join(f"{n} = {value}\n" for n, value in points.items())
+        for group, points in entry_points.items()
+    )
+    (info / "entry_points.txt").write_text(groups, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    reload_plugins()
