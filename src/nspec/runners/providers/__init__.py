@@ -23,18 +23,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from nspec.compiler.caching import CacheCut, CacheStyle
-from nspec.compiler.provider_registry import (
-    SDK_RETRIES_ENV,
-    BadLine,
-    Credentials,
-    Outcome,
-    RateHeaders,
-    Reasoning,
-    TokenCounter,
-    message_text,
-    request_id,
-)
+from nspec.compiler.providers.contract import CacheCut, CacheStyle, Reasoning, message_text, request_id
+from nspec.compiler.providers.io import BadLine, Credentials, Outcome, RateHeaders, TokenCounter
 from nspec.compiler.tokenizers import Tokenizer, tokenizer_from_setting
 from nspec.errors import (
     AuthenticationFailed,
@@ -52,6 +42,8 @@ from nspec.errors import (
 from nspec.prompt import Prompt
 from nspec.secrets import redact
 
+# The environment variable that overrides the SDKs' own retry count for control calls (tests set 0).
+SDK_RETRIES_ENV = "NSPEC_SDK_MAX_RETRIES"
 # Headers a model entry may not set: they carry the API key, frame the request, or name the API version whose rules
 # `validate` applies (anthropic-version).
 RESERVED_HEADERS = frozenset(

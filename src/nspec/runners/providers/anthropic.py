@@ -21,19 +21,16 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.prices import Usage
-from nspec.compiler.provider_registry import (
+from nspec.compiler.providers.contract import CacheCut, CacheStyle, Reasoning, as_sent, model_name
+from nspec.compiler.providers.io import (
     BadLine,
     BatchView,
     Credentials,
     Outcome,
     RateHeaders,
-    Reasoning,
     ShardLimits,
-    as_sent,
     counted,
-    model_name,
     provider_id,
 )
 from nspec.errors import CompileError, NspecError

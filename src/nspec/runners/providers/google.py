@@ -26,19 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.caching import CacheStyle
-from nspec.compiler.provider_registry import (
-    REASONING_TOKENS,
-    BadLine,
-    BatchView,
-    Credentials,
-    Outcome,
-    Reasoning,
-    ShardLimits,
-    as_sent,
-    model_name,
-    provider_id,
-)
+from nspec.compiler.providers.contract import REASONING_TOKENS, CacheStyle, Reasoning, as_sent, model_name
+from nspec.compiler.providers.io import BadLine, BatchView, Credentials, Outcome, ShardLimits, provider_id
 from nspec.errors import NspecError
 from nspec.prompt import Prompt
 from nspec.runners.providers import (

@@ -25,20 +25,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.caching import CacheCut, CacheStyle
-from nspec.compiler.provider_registry import (
+from nspec.compiler.providers.contract import (
     OPENAI_CHAT,
     REASONING_TOKENS,
+    CacheCut,
+    CacheStyle,
+    Reasoning,
+    as_sent,
+    model_name,
+)
+from nspec.compiler.providers.io import (
     BadLine,
     BatchView,
     Credentials,
     Outcome,
     RateHeaders,
-    Reasoning,
     ShardLimits,
-    as_sent,
     counted,
-    model_name,
     provider_id,
 )
 from nspec.compiler.tokenizers import Tokenizer, encoding

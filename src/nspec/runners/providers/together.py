@@ -22,16 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import (
-    BadLine,
-    BatchView,
-    Credentials,
-    Outcome,
-    ShardLimits,
-    as_sent,
-    model_name,
-    provider_id,
-)
+from nspec.compiler.providers.contract import as_sent, model_name
+from nspec.compiler.providers.io import BadLine, BatchView, Credentials, Outcome, ShardLimits, provider_id
 from nspec.errors import NspecError
 from nspec.prompt import Prompt
 from nspec.runners.providers import (
