@@ -14,9 +14,9 @@ from hypothesis import settings
 
 from nspec import corpora
 from nspec.cli import main
-from nspec.compiler.provider_registry import SDK_RETRIES_ENV
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
+from nspec.runners.providers import SDK_RETRIES_ENV
 
 # Property tests draw the same examples on every run and machine (from each test's name): a fresh clone's CI meets
 # what a developer's run met, and a failure found once is found again.

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler import provider_registry
-from nspec.compiler.tasks import registry
+from nspec.compiler.providers import registry as providers
+from nspec.compiler.tasks import registry as families
 
 
 def reload_plugins() -> None:
     """Every registry reads its entry points again."""
-    provider_registry.PROVIDERS.reload()
-    registry.FAMILIES.reload()
+    providers.PROVIDERS.reload()
+    families.FAMILIES.reload()
 
 
 def install(

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from nspec.compiler.provider_registry import credentials
+from nspec.compiler.providers.credentials import credentials
 from nspec.errors import UserError
 from tests.conftest import BASE
 

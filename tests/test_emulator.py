@@ -143,6 +143,40 @@ def test_openai_auth_required(make_emulator):
     }
 
 
+def test_a_path_that_is_no_route_is_answered_in_the_words_of_the_api_it_belongs_to(make_emulator):
+    emu = make_emulator()
+
+    def openai_shape(message: str) -> dict:
+        return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+
+    expected = {
+        ("GET", "/v1/nope"): openai_shape,
+        ("PUT", "/v1/files"): openai_shape,  # a route, not of this method
+        ("GET", "/groq/openai/v1/nope"): openai_shape,
+        ("GET", "/together/v1/nope"): openai_shape,
+        ("GET", "/azure/nope"): lambda message: {"error": {"code": "404", "message": message}},
+        ("GET", "/v1/messages/nope"): lambda message: {
+            "type": "error",
+            "error": {"type": "not_found_error", "message": message},
+        },
+        ("GET", "/google/v1beta/nope"): lambda message: {
+            "error": {"code": 404, "message": message, "status": "NOT_FOUND"}
+        },
+        ("GET", "/mistral/v1/nope"): lambda message: {
+            "object": "error",
+            "message": message,
+            "type": "not_found",
+            "param": None,
+            "code": None,
+        },
+    }
+    for (method, path), body in expected.items():
+        response = httpx.request(method, emu.anthropic_base_url + path)
+        said = response.json()
+        said.pop("request_id", None)  # Anthropic's, a new one each time
+        assert response.status_code == 404 and said == body(f"Unknown route {method} {path}"), path
+
+
 def test_openai_wrong_key_when_one_is_required(make_emulator):
     client = oai(make_emulator(api_key="right"))
     with pytest.raises(openai.AuthenticationError):

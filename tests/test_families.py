@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.provider_registry import as_sent, provider
+from nspec.compiler.providers.contract import as_sent
+from nspec.compiler.providers.registry import provider
 from nspec.compiler.run_writer import compile_run
 from nspec.compiler.tasks import Setup, Sized, Slot, registry
 from nspec.prompt import Prompt, Turn

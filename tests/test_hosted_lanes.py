@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 
-from nspec.compiler.provider_registry import credentials
+from nspec.compiler.providers.credentials import credentials
 from tests.conftest import BASE
 from tests.test_emulator import needle_prompt
 from tests.test_runners import SPEC, assert_complete

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler.provider_registry import SDK_RETRIES_ENV
-from nspec.runners.providers import pacing, retry_after
+from nspec.runners.providers import SDK_RETRIES_ENV, pacing, retry_after
 from nspec.runners.session import MAX_IDENTICAL_FAILURES, Session
 from tests.hostile import RESET, Call, Hostile, Reply
 

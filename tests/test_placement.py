@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from nspec.compiler.provider_registry import message_text
+from nspec.compiler.providers.contract import message_text
 from nspec.compiler.run_writer import compile_run
 from nspec.spec import load_spec
 from tests.conftest import ROOT

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nspec.compiler import provider_registry as providers
+from nspec.compiler.providers import registry as providers
 from tests.contract import assert_run_valid
 
 # The provider module, as its author would write it: an HTTP API of one endpoint, POST /answer, no batch API.
@@ -32,7 +32,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nspec.errors import UserError
-from nspec.compiler.provider_registry import Credentials, Outcome, ShardLimits, model_name
+from nspec.compiler.providers.io import Credentials, Outcome, ShardLimits
+from nspec.compiler.providers.contract import model_name
 from nspec.runners.providers import BaseProvider, connection_error, request_failure, status_error
 
 

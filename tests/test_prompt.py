@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from nspec.compiler.provider_registry import Credentials, provider
+from nspec.compiler.providers.io import Credentials
+from nspec.compiler.providers.registry import provider
 from nspec.prompt import Prompt, Turn
 from nspec.runners.emulator.config import Responder
 from nspec.runners.emulator.responders import Echo

@@ -293,7 +293,7 @@ def test_the_anthropic_version_header_is_nspecs(cli, spec_file):
 
 
 def test_nspec_sends_the_anthropic_version_its_rules_follow(make_emulator):  # noqa: F811
-    from nspec.compiler.provider_registry import Credentials
+    from nspec.compiler.providers.io import Credentials
 
     emu = make_emulator()
     creds = Credentials("k", emu.anthropic_base_url, headers={"x-gateway": "g"})

@@ -1026,7 +1026,7 @@ def providers_command(
 ) -> None:
     """The installed providers: how their models run (batch, live, local), the key variable, whether the SDK is
     installed, and whether token counts are exact or estimated."""
-    from nspec.compiler.provider_registry import catalog
+    from nspec.compiler.providers.registry import catalog
 
     rows = catalog()
     if as_json:

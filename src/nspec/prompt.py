@@ -5,7 +5,7 @@ turn: user and assistant alternating (MRCR's earlier exchanges), or user turns i
 then its question). A prefill is the start of the answer for the
 model to continue; a model that cannot continue one gets it at the end of the last user turn instead (`folded`), as
 RULER sends its answer prefix to a chat API. Which models continue one is their provider's to say
-(`Provider.takes_prefill`); `nspec.compiler.provider_registry.as_sent` applies it.
+(`Provider.takes_prefill`); `nspec.compiler.providers.contract.as_sent` applies it.
 """
 
 from __future__ import annotations

@@ -26,28 +26,17 @@ import itertools
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .draws import Draws
 from .prices import price_for
+from .providers.contract import CacheCut, CacheStyle
 
 if TYPE_CHECKING:
-    from nspec.compiler.provider_registry import Provider
-
     from .haystack import TokenizedText
+    from .providers.contract import Provider
 
-Style = Literal["breakpoints", "prefix"]
 LADDER_POINTS = 64  # ladder points up to the longest haystack: blocks per request stay few
-
-
-@dataclass(frozen=True)
-class CacheStyle:
-    """How a provider caches prompts for one model."""
-
-    kind: Style
-    minimum: int  # the fewest tokens a cached prefix holds (below it nothing is cached)
-    granularity: int = 1  # cached prefixes grow in steps of this many tokens past the minimum
-    key: bool = False  # the request can carry a cache key that routes a group to the same cache
 
 
 @dataclass(frozen=True)
@@ -58,27 +47,6 @@ class CachePolicy:
     ttl: str  # 5m | 1h (breakpoints only)
     control: float  # share of cells sent with caching defeated
     reads_to_pay: int  # a written entry pays for itself once read this many times
-
-
-@dataclass(frozen=True)
-class CacheCut:
-    """One cell's cache shape. Offsets are characters of the user message; 0 means none."""
-
-    group: str  # the cell's cache group, also the key a `key` style sends
-    control: bool
-    boundaries: tuple[int, ...] = ()  # where the user message is split into blocks
-    breakpoints: tuple[int, ...] = ()  # the block ends that carry a breakpoint (breakpoints style)
-    ttl: str = "5m"
-    read_tokens: int = 0  # expected to be read from the cache
-    write_tokens: int = 0  # expected to be written to it (at ``ttl``)
-
-    def record(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"group": self.group, "arm": "control" if self.control else "cached"}
-        if not self.control:
-            out.update(read_tokens=self.read_tokens, write_tokens=self.write_tokens)
-            if self.write_tokens:
-                out["ttl"] = self.ttl
-        return out
 
 
 def reads_to_pay(input_price: float, write_price: float, read_price: float) -> int:

@@ -19,15 +19,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nspec.compiler.provider_registry import Provider, as_sent
-from nspec.compiler.provider_registry import provider as provider_api
+from nspec.compiler.providers.contract import CacheCut, Provider, as_sent
+from nspec.compiler.providers.registry import provider as provider_api
 from nspec.errors import CellError, CompileError
 from nspec.inputs import Confinement
 from nspec.prompt import Prompt, Turn
 from nspec.templates import render
 
 from . import grid as grid_axes
-from .caching import CacheCut, CachePlanner, CachePolicy, CellPrefix, build_ladder, cache_policy, control_nonce
+from .caching import CachePlanner, CachePolicy, CellPrefix, build_ladder, cache_policy, control_nonce
 from .context import (
     BuiltContext,
     Insert,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nspec.compiler.provider_registry import Provider
+from nspec.compiler.providers.contract import Provider
 from nspec.prompt import Prompt
 
 COUNTS_VERSION = 1

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import BadLine, BatchClient, BatchView, Outcome, credentials, provider
+from nspec.compiler.providers.credentials import credentials
+from nspec.compiler.providers.io import BadLine, BatchClient, BatchView, Outcome
+from nspec.compiler.providers.registry import provider
 from nspec.errors import Gone, MalformedResponse, ProviderError, Refused
 from nspec.runners import claims
 from nspec.runners.failpoints import failpoint

@@ -20,7 +20,9 @@ from typing import Any
 
 from nspec.compiler.cells import Cell
 from nspec.compiler.counts_file import CountsFile, ModelCounts
-from nspec.compiler.provider_registry import TokenCounter, credentials, provider
+from nspec.compiler.providers.credentials import credentials
+from nspec.compiler.providers.io import TokenCounter
+from nspec.compiler.providers.registry import provider
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, prepare
 from nspec.errors import ProviderError, writing
 from nspec.events import Event, Listener, ignore

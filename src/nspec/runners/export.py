@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import OPENAI_CHAT, provider
+from nspec.compiler.providers.contract import OPENAI_CHAT
+from nspec.compiler.providers.registry import provider
 from nspec.errors import UserError
 from nspec.runners.run_store import Run, RunModel, shard_lines
 

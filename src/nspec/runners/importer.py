@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.prices import Usage as TokenUsage
-from nspec.compiler.provider_registry import OPENAI_CHAT, Outcome, names, provider
+from nspec.compiler.providers.contract import OPENAI_CHAT
+from nspec.compiler.providers.io import Outcome
+from nspec.compiler.providers.registry import names, provider
 from nspec.errors import UserError
 from nspec.inputs import open_regular
 from nspec.runners.providers import DATA_ERRORS, checked

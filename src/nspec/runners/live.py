@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nspec.compiler.provider_registry import Credentials, Outcome, RateHeaders, provider
+from nspec.compiler.providers.io import Credentials, Outcome, RateHeaders
+from nspec.compiler.providers.registry import provider
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import ProviderError, RateLimited, UserError
 from nspec.runners.providers import RETRY_AFTER_CAP

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import Destination, destination
+from nspec.compiler.providers.credentials import Destination, destination
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing

@@ -22,7 +22,8 @@ from ruamel.yaml.error import YAMLError
 from nspec import jsonl
 from nspec.compiler.prices import Lane, price_for
 from nspec.compiler.prices import Usage as TokenUsage
-from nspec.compiler.provider_registry import Outcome, request_id
+from nspec.compiler.providers.contract import request_id
+from nspec.compiler.providers.io import Outcome
 from nspec.errors import RunBusy, UserError, writing
 from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard, Usage
 from nspec.run_layout import RunPaths

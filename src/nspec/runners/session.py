@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.compiler.prices import price_for
-from nspec.compiler.provider_registry import Outcome, credentials
+from nspec.compiler.providers.credentials import credentials
+from nspec.compiler.providers.io import Outcome
 from nspec.errors import BudgetSpent, StillFailing, UserError
 from nspec.events import Event, Listener, ignore
 from nspec.records import ResultRecord

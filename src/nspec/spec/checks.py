@@ -18,7 +18,9 @@ from nspec.compiler import grid as grid_axes
 from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
-from nspec.compiler.provider_registry import Provider, key_destination_problem, names, provider
+from nspec.compiler.providers.contract import Provider
+from nspec.compiler.providers.credentials import key_destination_problem
+from nspec.compiler.providers.registry import names, provider
 from nspec.compiler.tasks import Family, ParamError, registry
 from nspec.compiler.tokenizers import floor_count
 from nspec.errors import CompileError, SpecError, SpecIssue, UserError

@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from nspec.compiler.counts_file import COUNTS_SUFFIX, CountsFile
 from nspec.compiler.judge_prompts import judge_prompt
-from nspec.compiler.provider_registry import provider
+from nspec.compiler.providers.registry import provider
 from nspec.compiler.tasks import registry
 from nspec.errors import CellError, Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Route, Router
+from starlette.routing import Route
 
 from nspec.runners.emulator import anthropic_batches
-from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
 from nspec.runners.emulator.caching import breakpoint_problem
 from nspec.runners.emulator.generation import anthropic_message, anthropic_prompt_tokens
 from nspec.runners.emulator.models import anthropic_refusal
+from nspec.runners.emulator.routes import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
 from nspec.runners.providers.anthropic_models import VERSIONS, refusals
 
 
@@ -39,6 +40,9 @@ def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[
 
 
 DIALECT = Dialect(
+    name="anthropic",
+    prefix="/v1/messages",
+    not_found="not_found_error",
     error_body=_error_body,
     authenticate=_authenticate,
     server_error=ApiError(500, "api_error", "The server had an error while processing your request."),
@@ -48,149 +52,157 @@ DIALECT = Dialect(
     ),
     bad_json=ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request."),
 )
+DIALECTS = (DIALECT,)
 
 
-def router(api: Api) -> Router:
-    emu, config = api.emu, api.config
-    routes: list[Route] = []
-
-    def check_message_params(body: Any) -> None:
-        for name in ("model", "max_tokens", "messages"):
-            if not isinstance(body, dict) or name not in body:
-                raise ApiError(400, "invalid_request_error", f"{name}: Field required")
-        if not isinstance(body["messages"], list) or not body["messages"]:
-            raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
-        problem = breakpoint_problem(body)
-        if problem:
-            raise ApiError(400, "invalid_request_error", problem)
-
-    @api.route("anthropic", "POST", "/v1/messages", live=True)
-    async def messages(request: Request) -> Response:
-        body = await api.json_body(request, "anthropic")
-        check_message_params(body)
-        refused = refusals(body, request.headers["anthropic-version"])
-        if refused:  # what the API version and the model refuse (the first, as the API names one)
-            raise ApiError(400, "invalid_request_error", refused[0].message)
-        if body.get("stream"):
-            raise ApiError(400, "invalid_request_error", "This emulator does not stream.")
-        if not api.serves("anthropic", body["model"]):
-            refusal = anthropic_refusal(body["model"])
-            raise ApiError(404, refusal["type"], refusal["message"])
-        headers = api.live_limit("anthropic", body, anthropic_prompt_tokens(body), int(body["max_tokens"]))
-        await asyncio.sleep(config.timing.live_latency_seconds)
-        share = config.responder.reasoning_share
-        message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8), share)
-        message["usage"].update(emu.store.caches.anthropic(body, message["usage"]["input_tokens"], emu.clock.now()))
-        emu.answered["anthropic"] += 1
-        return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
-
-    @api.route("anthropic", "POST", "/v1/messages/count_tokens")
-    async def count(request: Request) -> Response:
-        body = await api.json_body(request, "anthropic")
-        if not isinstance(body, dict) or "messages" not in body or "model" not in body:
-            raise ApiError(400, "invalid_request_error", "messages: Field required")
-        if not isinstance(body["messages"], list) or not body["messages"]:
-            raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
-        problem = breakpoint_problem(body)
-        if problem:
-            raise ApiError(400, "invalid_request_error", problem)
-        if not api.serves("anthropic", str(body["model"])):
-            refusal = anthropic_refusal(str(body["model"]))
-            raise ApiError(404, refusal["type"], refusal["message"])
-        return JSONResponse({"input_tokens": anthropic_prompt_tokens(body)})
-
-    routes += [messages, count]
-
-    def anthropic_batch(batch_id: str) -> dict[str, Any]:
-        batch = emu.store.anthropic_batches.get(batch_id)
-        if batch is None:
-            raise ApiError(404, "not_found_error", f"Message batch {batch_id} not found.")
-        return batch
-
-    def batch_view(request: Request, batch: dict[str, Any]) -> dict[str, Any]:
-        return anthropic_batches.status(emu.store, batch, config, emu.clock.now(), emu.responder, str(request.base_url))
-
-    @api.route("anthropic", "POST", "/v1/messages/batches")
-    async def create_message_batch(request: Request) -> Response:
-        body = emu.store.scratch_path()
-        with open(body, "wb") as fh:  # to disk as it comes: a batch body may be 256 MB
-            async for chunk in request.stream():
-                fh.write(chunk)
-        if body.stat().st_size > config.limits.anthropic_max_bytes:
-            body.unlink()
-            # platform.claude.com, "Errors": a request over the endpoint's size (256 MB for Message Batches) is 413.
-            raise ApiError(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
-        try:
-            version = request.headers["anthropic-version"]
-            batch = anthropic_batches.create(emu.store, config, emu.rng, body, emu.clock.now(), version)
-        except anthropic_batches.InvalidRequest as exc:
-            raise ApiError(400, "invalid_request_error", str(exc)) from None
-        return JSONResponse(batch_view(request, batch))
-
-    @api.route("anthropic", "GET", "/v1/messages/batches/{batch_id}")
-    async def get_message_batch(request: Request) -> Response:
-        return JSONResponse(batch_view(request, anthropic_batch(request.path_params["batch_id"])))
-
-    @api.route("anthropic", "POST", "/v1/messages/batches/{batch_id}/cancel")
-    async def cancel_message_batch(request: Request) -> Response:
-        batch = anthropic_batch(request.path_params["batch_id"])
-        anthropic_batches.cancel(emu.store, batch, emu.clock.now())
-        return JSONResponse(batch_view(request, batch))
-
-    @api.route("anthropic", "DELETE", "/v1/messages/batches/{batch_id}")
-    async def delete_message_batch(request: Request) -> Response:
-        batch = anthropic_batch(request.path_params["batch_id"])
-        if batch_view(request, batch)["processing_status"] != "ended":
-            raise ApiError(
-                400, "invalid_request_error", "Batches can only be deleted once they have ended; cancel it first."
-            )
-        with emu.store.lock:
-            del emu.store.anthropic_batches[batch["id"]]
-            emu.store.delete_file(batch["final"]["results_file"])
-        return JSONResponse({"id": batch["id"], "type": "message_batch_deleted"})
-
-    @api.route("anthropic", "GET", "/v1/messages/batches/{batch_id}/results")
-    async def message_batch_results(request: Request) -> Response:
-        batch = anthropic_batch(request.path_params["batch_id"])
-        if batch_view(request, batch)["processing_status"] != "ended":
-            raise ApiError(400, "invalid_request_error", "Results are available once the batch has ended.")
-        results = batch["final"]["results_file"]
-        if emu.roll(config.faults.truncate_rate):
-            return Dropped(emu.store.read_file(results), "application/binary")
-        return FileResponse(emu.store.path(results), media_type="application/binary")
-
-    @api.route("anthropic", "GET", "/v1/messages/batches")
-    async def list_message_batches(request: Request) -> Response:
-        limit = limit_param(request.query_params.get("limit"), 20)
-        ids = sorted(emu.store.anthropic_batches, key=lambda i: emu.store.anthropic_batches[i]["created"], reverse=True)
-        after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
-        if after:
-            ids = ids[ids.index(after) + 1 :] if after in ids else []
-            page = ids[:limit]
-            more = len(ids) > limit
-        elif before:
-            ids = ids[: ids.index(before)] if before in ids else []
-            page = ids[-limit:]
-            more = len(ids) > limit
-        else:
-            page, more = ids[:limit], len(ids) > limit
-        data = [batch_view(request, emu.store.anthropic_batches[i]) for i in page]
-        return JSONResponse(
-            {
-                "data": data,
-                "has_more": more,
-                "first_id": page[0] if page else None,
-                "last_id": page[-1] if page else None,
-            }
+def routes(api: Api) -> list[Route]:
+    return [
+        api.route("anthropic", method, path, partial(handler, api), live)
+        for method, path, handler, live in (
+            ("POST", "/v1/messages", messages, True),
+            ("POST", "/v1/messages/count_tokens", count, False),
+            ("POST", "/v1/messages/batches", create_message_batch, False),
+            ("GET", "/v1/messages/batches/{batch_id}", get_message_batch, False),
+            ("POST", "/v1/messages/batches/{batch_id}/cancel", cancel_message_batch, False),
+            ("DELETE", "/v1/messages/batches/{batch_id}", delete_message_batch, False),
+            ("GET", "/v1/messages/batches/{batch_id}/results", message_batch_results, False),
+            ("GET", "/v1/messages/batches", list_message_batches, False),
         )
-
-    routes += [
-        create_message_batch,
-        get_message_batch,
-        cancel_message_batch,
-        delete_message_batch,
-        message_batch_results,
-        list_message_batches,
     ]
 
-    return Router(routes=routes)
+
+def check_message_params(body: Any) -> None:
+    for name in ("model", "max_tokens", "messages"):
+        if not isinstance(body, dict) or name not in body:
+            raise ApiError(400, "invalid_request_error", f"{name}: Field required")
+    if not isinstance(body["messages"], list) or not body["messages"]:
+        raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
+    problem = breakpoint_problem(body)
+    if problem:
+        raise ApiError(400, "invalid_request_error", problem)
+
+
+async def messages(api: Api, request: Request) -> Response:
+    emu, config = api.emu, api.config
+    body = await api.json_body(request, "anthropic")
+    check_message_params(body)
+    refused = refusals(body, request.headers["anthropic-version"])
+    if refused:  # what the API version and the model refuse (the first, as the API names one)
+        raise ApiError(400, "invalid_request_error", refused[0].message)
+    if body.get("stream"):
+        raise ApiError(400, "invalid_request_error", "This emulator does not stream.")
+    if not api.serves("anthropic", body["model"]):
+        refusal = anthropic_refusal(body["model"])
+        raise ApiError(404, refusal["type"], refusal["message"])
+    headers = api.live_limit("anthropic", body, anthropic_prompt_tokens(body), int(body["max_tokens"]))
+    await asyncio.sleep(config.timing.live_latency_seconds)
+    share = config.responder.reasoning_share
+    message = anthropic_message(body, emu.responder, "live:" + secrets.token_hex(8), share)
+    message["usage"].update(emu.store.caches.anthropic(body, message["usage"]["input_tokens"], emu.clock.now()))
+    emu.answered["anthropic"] += 1
+    return JSONResponse(message, headers={**headers, "request-id": "req_" + secrets.token_hex(12)})
+
+
+async def count(api: Api, request: Request) -> Response:
+    body = await api.json_body(request, "anthropic")
+    if not isinstance(body, dict) or "messages" not in body or "model" not in body:
+        raise ApiError(400, "invalid_request_error", "messages: Field required")
+    if not isinstance(body["messages"], list) or not body["messages"]:
+        raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
+    problem = breakpoint_problem(body)
+    if problem:
+        raise ApiError(400, "invalid_request_error", problem)
+    if not api.serves("anthropic", str(body["model"])):
+        refusal = anthropic_refusal(str(body["model"]))
+        raise ApiError(404, refusal["type"], refusal["message"])
+    return JSONResponse({"input_tokens": anthropic_prompt_tokens(body)})
+
+
+def anthropic_batch(api: Api, batch_id: str) -> dict[str, Any]:
+    batch = api.emu.store.anthropic_batches.get(batch_id)
+    if batch is None:
+        raise ApiError(404, "not_found_error", f"Message batch {batch_id} not found.")
+    return batch
+
+
+def batch_view(api: Api, request: Request, batch: dict[str, Any]) -> dict[str, Any]:
+    emu = api.emu
+    return anthropic_batches.status(emu.store, batch, api.config, emu.clock.now(), emu.responder, str(request.base_url))
+
+
+async def create_message_batch(api: Api, request: Request) -> Response:
+    emu, config = api.emu, api.config
+    body = emu.store.scratch_path()
+    with open(body, "wb") as fh:  # to disk as it comes: a batch body may be 256 MB
+        async for chunk in request.stream():
+            fh.write(chunk)
+    if body.stat().st_size > config.limits.anthropic_max_bytes:
+        body.unlink()
+        # platform.claude.com, "Errors": a request over the endpoint's size (256 MB for Message Batches) is 413.
+        raise ApiError(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
+    try:
+        version = request.headers["anthropic-version"]
+        batch = anthropic_batches.create(emu.store, config, emu.rng, body, emu.clock.now(), version)
+    except anthropic_batches.InvalidRequest as exc:
+        raise ApiError(400, "invalid_request_error", str(exc)) from None
+    return JSONResponse(batch_view(api, request, batch))
+
+
+async def get_message_batch(api: Api, request: Request) -> Response:
+    return JSONResponse(batch_view(api, request, anthropic_batch(api, request.path_params["batch_id"])))
+
+
+async def cancel_message_batch(api: Api, request: Request) -> Response:
+    batch = anthropic_batch(api, request.path_params["batch_id"])
+    anthropic_batches.cancel(api.emu.store, batch, api.emu.clock.now())
+    return JSONResponse(batch_view(api, request, batch))
+
+
+async def delete_message_batch(api: Api, request: Request) -> Response:
+    store = api.emu.store
+    batch = anthropic_batch(api, request.path_params["batch_id"])
+    if batch_view(api, request, batch)["processing_status"] != "ended":
+        raise ApiError(
+            400, "invalid_request_error", "Batches can only be deleted once they have ended; cancel it first."
+        )
+    with store.lock:
+        del store.anthropic_batches[batch["id"]]
+        store.delete_file(batch["final"]["results_file"])
+    return JSONResponse({"id": batch["id"], "type": "message_batch_deleted"})
+
+
+async def message_batch_results(api: Api, request: Request) -> Response:
+    emu = api.emu
+    batch = anthropic_batch(api, request.path_params["batch_id"])
+    if batch_view(api, request, batch)["processing_status"] != "ended":
+        raise ApiError(400, "invalid_request_error", "Results are available once the batch has ended.")
+    results = batch["final"]["results_file"]
+    if emu.roll(api.config.faults.truncate_rate):
+        return Dropped(emu.store.read_file(results), "application/binary")
+    return FileResponse(emu.store.path(results), media_type="application/binary")
+
+
+async def list_message_batches(api: Api, request: Request) -> Response:
+    batches = api.emu.store.anthropic_batches
+    limit = limit_param(request.query_params.get("limit"), 20)
+    ids = sorted(batches, key=lambda i: batches[i]["created"], reverse=True)
+    after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
+    if after:
+        ids = ids[ids.index(after) + 1 :] if after in ids else []
+        page = ids[:limit]
+        more = len(ids) > limit
+    elif before:
+        ids = ids[: ids.index(before)] if before in ids else []
+        page = ids[-limit:]
+        more = len(ids) > limit
+    else:
+        page, more = ids[:limit], len(ids) > limit
+    data = [batch_view(api, request, batches[i]) for i in page]
+    return JSONResponse(
+        {
+            "data": data,
+            "has_more": more,
+            "first_id": page[0] if page else None,
+            "last_id": page[-1] if page else None,
+        }
+    )

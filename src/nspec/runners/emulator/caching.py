@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from nspec.compiler.provider_registry import message_text
+from nspec.compiler.providers.contract import message_text
 from nspec.compiler.tokenizers import encoding
 from nspec.runners.emulator.generation import counted_tokens
 from nspec.runners.providers.anthropic import cache_minimum

@@ -81,7 +81,7 @@ class Responder:
     degrade: Degrade = field(default_factory=Degrade)
     judge: JudgeFaults = field(default_factory=JudgeFaults)
     # A model that reasons (an OpenAI reasoning family at its effort, Claude thinking, a Gemini thinking model) first
-    # spends this share of the tokens nspec allows its reasoning (`nspec.compiler.provider_registry.REASONING_TOKENS`,
+    # spends this share of the tokens nspec allows its reasoning (`nspec.compiler.providers.contract.REASONING_TOKENS`,
     # or the budget its request sets), out of its max_tokens, as a real one does; 0 (the default): it answers at once.
     reasoning_share: float = 0.0
 

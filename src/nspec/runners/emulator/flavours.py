@@ -50,6 +50,11 @@ class Flavour:
     deployment_paths: bool = False  # chat completions under /deployments/{model}/
     openai_types: bool = True  # whether it refuses keys OpenAI's request types lack ("Unrecognized request argument")
 
+    @property
+    def chat_path(self) -> str:
+        """Where its chat completions are, under its prefix."""
+        return "/deployments/{deployment}/chat/completions" if self.deployment_paths else "/chat/completions"
+
     def endpoint_of(self, url: str) -> str | None:
         return self.endpoints.get(url)
 

@@ -6,7 +6,7 @@ import json
 import secrets
 from typing import Any
 
-from nspec.compiler.provider_registry import REASONING_TOKENS, message_text
+from nspec.compiler.providers.contract import REASONING_TOKENS, message_text
 from nspec.compiler.tokenizers import encoding
 from nspec.runners.emulator.responders import Responder
 from nspec.runners.providers.anthropic_models import thinking_tokens
@@ -38,7 +38,7 @@ def _clip(text: str, max_tokens: int, counted_with: str = "o200k_base") -> tuple
 
 def _reasoned(allowance: int | None, share: float, limit: int) -> int:
     """The reasoning tokens an emulated model spends before it answers: ``share`` of what nspec allows its reasoning
-    (`nspec.compiler.provider_registry.REASONING_TOKENS`; None: it does not reason), within the request's ``limit``."""
+    (`nspec.compiler.providers.contract.REASONING_TOKENS`; None: it does not reason), within the request's ``limit``."""
     return 0 if allowance is None or share <= 0 else min(limit, round(allowance * share))
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.judge_prompts import ANSWER_CLOSE, ANSWER_OPEN, NO_ANSWER
-from nspec.compiler.provider_registry import message_text
+from nspec.compiler.providers.contract import message_text
 from nspec.errors import UserError
 from nspec.runners.emulator.config import Responder as ResponderConfig
 

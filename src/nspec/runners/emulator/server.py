@@ -12,8 +12,9 @@ from types import TracebackType
 import uvicorn
 
 from nspec.errors import NspecError
-from nspec.runners.emulator.app import Emulation, build_app
+from nspec.runners.emulator.app import build_app
 from nspec.runners.emulator.config import EmulatorConfig
+from nspec.runners.emulator.emulation import Emulation
 from nspec.runners.emulator.state import Clock
 from nspec.runners.emulator.worker import Worker
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, Router
+from starlette.routing import Route
 
 from nspec.runners.emulator import body_batches, together_batches
-from nspec.runners.emulator.app import Api, ApiError, Dialect, Dropped, retry_headers
 from nspec.runners.emulator.generation import count_tokens, together_completion
+from nspec.runners.emulator.routes import Api, ApiError, Dialect, Dropped, retry_headers
 from nspec.runners.emulator.state import StoredFile
 
 PREFIX = "/together"
@@ -40,6 +41,9 @@ def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[
 
 
 DIALECT = Dialect(
+    name="together",
+    prefix=f"{PREFIX}/",
+    not_found="invalid_request_error",
     error_body=_error_body,
     authenticate=_authenticate,
     server_error=ApiError(500, "server_error", "Internal server error"),
@@ -49,6 +53,7 @@ DIALECT = Dialect(
     ),
     bad_json=ApiError(400, "invalid_request_error", "Could not parse the JSON body."),
 )
+DIALECTS = (DIALECT,)
 
 
 def _file(stored: StoredFile) -> dict[str, Any]:
@@ -64,117 +69,131 @@ def _file(stored: StoredFile) -> dict[str, Any]:
     }
 
 
-def router(api: Api) -> Router:
+def routes(api: Api) -> list[Route]:
+    return [
+        api.route("together", method, path, partial(handler, api), live)
+        for method, path, handler, live in (
+            ("POST", f"{PREFIX}/v1/files", start_upload, False),
+            ("PUT", f"{_UPLOAD}{{file_id}}", put_bytes, False),
+            ("POST", f"{PREFIX}/v1/files/{{file_id}}/preprocess", preprocess, False),
+            ("GET", f"{PREFIX}/v1/files/{{file_id}}", get_file, False),
+            ("GET", f"{PREFIX}/v1/files/{{file_id}}/content", file_content, False),
+            ("POST", f"{PREFIX}/v1/batches", create_batch, False),
+            ("GET", f"{PREFIX}/v1/batches/{{job_id}}", get_batch, False),
+            ("POST", f"{PREFIX}/v1/batches/{{job_id}}/cancel", cancel_batch, False),
+            ("GET", f"{PREFIX}/v1/batches", list_batches, False),
+            ("POST", f"{PREFIX}/v1/chat/completions", chat, True),
+        )
+    ]
+
+
+async def start_upload(api: Api, request: Request) -> Response:
+    form = await request.form()
+    purpose, name = form.get("purpose"), form.get("file_name")
+    if purpose != "batch-api":
+        raise ApiError(400, "invalid_request_error", f"This emulator takes batch-api files, not {purpose!r}.")
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, "invalid_request_error", "file_name is required.", "file_name")
+    file_id = f"file-{secrets.token_hex(12)}"
+    api.emu.store.uploads[file_id] = {"name": name, "data": None}
+    location = f"{request.base_url}{_UPLOAD.lstrip('/')}{file_id}"
+    return Response(b"", status_code=302, headers={"Location": location, "X-Together-File-Id": file_id})
+
+
+async def put_bytes(api: Api, request: Request) -> Response:
+    session = api.emu.store.uploads.get(request.path_params["file_id"])
+    if session is None:
+        raise ApiError(404, "invalid_request_error", "No such upload.")
+    session["data"] = await request.body()
+    return Response(b"", status_code=200)
+
+
+async def preprocess(api: Api, request: Request) -> Response:
+    emu = api.emu
+    file_id = request.path_params["file_id"]
+    session = emu.store.uploads.get(file_id)
+    if session is None or session["data"] is None:
+        raise ApiError(404, "invalid_request_error", f"File {file_id} was not uploaded.")
+    del emu.store.uploads[file_id]
+    data = session["data"]
+    stored = emu.store.put_file(session["name"], "batch", data, int(emu.clock.now()), file_id=file_id)
+    return JSONResponse(_file(stored))
+
+
+def stored_file(api: Api, file_id: str) -> StoredFile:
+    stored = api.emu.store.files.get(file_id)
+    if stored is None:
+        raise ApiError(404, "invalid_request_error", f"File {file_id} not found.")
+    return stored
+
+
+async def get_file(api: Api, request: Request) -> Response:
+    return JSONResponse(_file(stored_file(api, request.path_params["file_id"])))
+
+
+async def file_content(api: Api, request: Request) -> Response:
+    emu = api.emu
+    stored = stored_file(api, request.path_params["file_id"])
+    data = emu.store.read_file(stored.id)
+    if emu.roll(api.config.faults.truncate_rate):
+        return Dropped(data, "application/octet-stream")
+    return Response(data, media_type="application/octet-stream")
+
+
+def now_view(api: Api, job: dict[str, Any]) -> dict[str, Any]:
+    emu = api.emu
+    return together_batches.view(emu.store, job, api.config, emu.clock.now(), emu.responder)
+
+
+async def create_batch(api: Api, request: Request) -> Response:
+    emu = api.emu
+    body = await api.json_body(request, "together")
+    if not isinstance(body, dict) or not isinstance(body.get("input_file_id"), str):
+        raise ApiError(400, "invalid_request_error", "input_file_id is required.", "input_file_id")
+    if body.get("endpoint") != ENDPOINT:
+        raise ApiError(400, "invalid_request_error", f"endpoint must be {ENDPOINT}.", "endpoint")
+    stored = stored_file(api, body["input_file_id"])
+    fields = {"model": body.get("model_id"), "file_size": stored.size}
+    kind = together_batches.KIND
+    job = body_batches.create(emu.store, api.config, emu.rng, kind, [stored.id], fields, emu.clock.now())
+    return JSONResponse({"job": now_view(api, job), "warning": None}, status_code=201)
+
+
+def stored_job(api: Api, job_id: str) -> dict[str, Any]:
+    found = api.emu.store.together_batches.get(job_id)
+    if found is None:
+        raise ApiError(404, "invalid_request_error", f"Batch {job_id} not found.")
+    return found
+
+
+async def get_batch(api: Api, request: Request) -> Response:
+    return JSONResponse(now_view(api, stored_job(api, request.path_params["job_id"])))
+
+
+async def cancel_batch(api: Api, request: Request) -> Response:
+    found = stored_job(api, request.path_params["job_id"])
+    body_batches.cancel(api.emu.store, found, api.emu.clock.now())
+    return JSONResponse(now_view(api, found))
+
+
+async def list_batches(api: Api, request: Request) -> Response:
+    jobs = sorted(api.emu.store.together_batches.values(), key=lambda j: j["created"], reverse=True)
+    return JSONResponse([now_view(api, j) for j in jobs])
+
+
+async def chat(api: Api, request: Request) -> Response:
     emu, config = api.emu, api.config
-    routes: list[Route] = []
-
-    @api.route("together", "POST", f"{PREFIX}/v1/files")
-    async def start_upload(request: Request) -> Response:
-        form = await request.form()
-        purpose, name = form.get("purpose"), form.get("file_name")
-        if purpose != "batch-api":
-            raise ApiError(400, "invalid_request_error", f"This emulator takes batch-api files, not {purpose!r}.")
-        if not isinstance(name, str) or not name:
-            raise ApiError(400, "invalid_request_error", "file_name is required.", "file_name")
-        file_id = f"file-{secrets.token_hex(12)}"
-        emu.store.uploads[file_id] = {"name": name, "data": None}
-        location = f"{request.base_url}{_UPLOAD.lstrip('/')}{file_id}"
-        return Response(b"", status_code=302, headers={"Location": location, "X-Together-File-Id": file_id})
-
-    @api.route("together", "PUT", f"{_UPLOAD}{{file_id}}")
-    async def put_bytes(request: Request) -> Response:
-        session = emu.store.uploads.get(request.path_params["file_id"])
-        if session is None:
-            raise ApiError(404, "invalid_request_error", "No such upload.")
-        session["data"] = await request.body()
-        return Response(b"", status_code=200)
-
-    @api.route("together", "POST", f"{PREFIX}/v1/files/{{file_id}}/preprocess")
-    async def preprocess(request: Request) -> Response:
-        file_id = request.path_params["file_id"]
-        session = emu.store.uploads.get(file_id)
-        if session is None or session["data"] is None:
-            raise ApiError(404, "invalid_request_error", f"File {file_id} was not uploaded.")
-        del emu.store.uploads[file_id]
-        data = session["data"]
-        stored = emu.store.put_file(session["name"], "batch", data, int(emu.clock.now()), file_id=file_id)
-        return JSONResponse(_file(stored))
-
-    def stored_file(file_id: str) -> StoredFile:
-        stored = emu.store.files.get(file_id)
-        if stored is None:
-            raise ApiError(404, "invalid_request_error", f"File {file_id} not found.")
-        return stored
-
-    @api.route("together", "GET", f"{PREFIX}/v1/files/{{file_id}}")
-    async def get_file(request: Request) -> Response:
-        return JSONResponse(_file(stored_file(request.path_params["file_id"])))
-
-    @api.route("together", "GET", f"{PREFIX}/v1/files/{{file_id}}/content")
-    async def file_content(request: Request) -> Response:
-        stored = stored_file(request.path_params["file_id"])
-        data = emu.store.read_file(stored.id)
-        if emu.roll(config.faults.truncate_rate):
-            return Dropped(data, "application/octet-stream")
-        return Response(data, media_type="application/octet-stream")
-
-    routes += [start_upload, put_bytes, preprocess, get_file, file_content]
-
-    def now_view(job: dict[str, Any]) -> dict[str, Any]:
-        return together_batches.view(emu.store, job, config, emu.clock.now(), emu.responder)
-
-    @api.route("together", "POST", f"{PREFIX}/v1/batches")
-    async def create_batch(request: Request) -> Response:
-        body = await api.json_body(request, "together")
-        if not isinstance(body, dict) or not isinstance(body.get("input_file_id"), str):
-            raise ApiError(400, "invalid_request_error", "input_file_id is required.", "input_file_id")
-        if body.get("endpoint") != ENDPOINT:
-            raise ApiError(400, "invalid_request_error", f"endpoint must be {ENDPOINT}.", "endpoint")
-        stored = stored_file(body["input_file_id"])
-        fields = {"model": body.get("model_id"), "file_size": stored.size}
-        kind = together_batches.KIND
-        job = body_batches.create(emu.store, config, emu.rng, kind, [stored.id], fields, emu.clock.now())
-        return JSONResponse({"job": now_view(job), "warning": None}, status_code=201)
-
-    def job(job_id: str) -> dict[str, Any]:
-        found = emu.store.together_batches.get(job_id)
-        if found is None:
-            raise ApiError(404, "invalid_request_error", f"Batch {job_id} not found.")
-        return found
-
-    @api.route("together", "GET", f"{PREFIX}/v1/batches/{{job_id}}")
-    async def get_batch(request: Request) -> Response:
-        return JSONResponse(now_view(job(request.path_params["job_id"])))
-
-    @api.route("together", "POST", f"{PREFIX}/v1/batches/{{job_id}}/cancel")
-    async def cancel_batch(request: Request) -> Response:
-        found = job(request.path_params["job_id"])
-        body_batches.cancel(emu.store, found, emu.clock.now())
-        return JSONResponse(now_view(found))
-
-    @api.route("together", "GET", f"{PREFIX}/v1/batches")
-    async def list_batches(request: Request) -> Response:
-        jobs = sorted(emu.store.together_batches.values(), key=lambda j: j["created"], reverse=True)
-        return JSONResponse([now_view(j) for j in jobs])
-
-    routes += [create_batch, get_batch, cancel_batch, list_batches]
-
-    @api.route("together", "POST", f"{PREFIX}/v1/chat/completions", live=True)
-    async def chat(request: Request) -> Response:
-        body = await api.json_body(request, "together")
-        problem = together_batches.line_problem(body, config)
-        if problem is not None:
-            status, message = problem
-            error = together_batches.error_body(status, message)["error"]
-            raise ApiError(status, error["type"], message, code=error["code"])
-        if body.get("stream"):
-            raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
-        prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
-        headers = api.live_limit("together", body, prompt, int(body.get("max_tokens") or 0))
-        await asyncio.sleep(config.timing.live_latency_seconds)
-        completion = together_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
-        emu.answered["together"] += 1
-        return JSONResponse(completion, headers=headers)
-
-    routes.append(chat)
-    return Router(routes=routes)
+    body = await api.json_body(request, "together")
+    problem = together_batches.line_problem(body, config)
+    if problem is not None:
+        status, message = problem
+        error = together_batches.error_body(status, message)["error"]
+        raise ApiError(status, error["type"], message, code=error["code"])
+    if body.get("stream"):
+        raise ApiError(400, "invalid_request_error", "This emulator does not stream.", "stream")
+    prompt = sum(count_tokens(json.dumps(m.get("content"))) for m in body["messages"])
+    headers = api.live_limit("together", body, prompt, int(body.get("max_tokens") or 0))
+    await asyncio.sleep(config.timing.live_latency_seconds)
+    completion = together_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
+    emu.answered["together"] += 1
+    return JSONResponse(completion, headers=headers)

@@ -17,7 +17,7 @@ from nspec.runners.emulator import (
     openai_batches,
     together_batches,
 )
-from nspec.runners.emulator.app import Emulation
+from nspec.runners.emulator.emulation import Emulation
 
 INTERVAL_SECONDS = 0.2  # between rounds of looks
 

@@ -20,7 +20,8 @@ from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
 from nspec.compiler.needles import draw_needles
-from nspec.compiler.provider_registry import Outcome, credentials
+from nspec.compiler.providers.credentials import credentials
+from nspec.compiler.providers.io import Outcome
 from nspec.compiler.tasks import registry
 from nspec.errors import ProviderError, UserError
 from nspec.inputs import Confinement

@@ -19,22 +19,21 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
-from nspec.compiler.caching import CacheCut, CacheStyle
-from nspec.compiler.provider_registry import (
-    SDK_RETRIES_ENV,
-    BadLine,
-    Credentials,
-    Outcome,
-    RateHeaders,
+from nspec.compiler.providers.contract import (
+    CacheCut,
+    CacheStyle,
+    Provider,
     Reasoning,
-    TokenCounter,
+    as_sent,
     message_text,
+    model_name,
     request_id,
 )
+from nspec.compiler.providers.io import BadLine, Credentials, Outcome, RateHeaders, TokenCounter
 from nspec.compiler.tokenizers import Tokenizer, tokenizer_from_setting
 from nspec.errors import (
     AuthenticationFailed,
@@ -52,6 +51,8 @@ from nspec.errors import (
 from nspec.prompt import Prompt
 from nspec.secrets import redact
 
+# The environment variable that overrides the SDKs' own retry count for control calls (tests set 0).
+SDK_RETRIES_ENV = "NSPEC_SDK_MAX_RETRIES"
 # Headers a model entry may not set: they carry the API key, frame the request, or name the API version whose rules
 # `validate` applies (anthropic-version).
 RESERVED_HEADERS = frozenset(
@@ -283,6 +284,18 @@ def request_failure(custom_id: str, error: NspecError) -> Outcome | None:
     return None
 
 
+def live_failure(custom_id: str, exc: Exception, mapped: NspecError | None) -> Outcome:
+    """The outcome of a live call that raised ``exc`` (``mapped``: as nspec's error, None where it is not the SDK's):
+    a refusal of the request as malformed is the request's result (`request_failure`); anything else is raised, as
+    nspec's error where it maps to one."""
+    if mapped is None:
+        raise exc
+    failed = request_failure(custom_id, mapped)
+    if failed is None:
+        raise mapped from None
+    return failed
+
+
 def connection_error(provider: str, exc: BaseException) -> ConnectionFailed:
     return ConnectionFailed(provider, f"{provider}: no complete response ({type(exc).__name__}: {exc})"[:500])
 
@@ -311,6 +324,21 @@ class ChatBodyLines(BaseProvider):
     renamed: Mapping[str, str] = {}
     request_name = ""  # the request, in words, for messages: "Mistral's chat completion request"
     refusal = ""  # how the API refuses an unknown parameter, where it says: " (it answers 422)"
+    prefill_fields: Mapping[str, Any] = {}  # what marks a final assistant message as one the model continues
+
+    def request_line(
+        self,
+        entry: Mapping[str, Any],
+        custom_id: str,
+        prompt: Prompt,
+        params: Mapping[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        sent = as_sent(cast(Provider, self), entry, prompt)  # a subclass is a whole provider; this base is not
+        messages = chat_messages(sent, **self.prefill_fields)
+        body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
+        body.update({self.renamed.get(k, k): v for k, v in params.items() if v is not None})  # null: left out
+        return {"custom_id": custom_id, "body": body}
 
     def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")

@@ -21,19 +21,16 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.caching import CacheCut, CacheStyle
 from nspec.compiler.prices import Usage
-from nspec.compiler.provider_registry import (
+from nspec.compiler.providers.contract import CacheCut, CacheStyle, Reasoning, as_sent, model_name
+from nspec.compiler.providers.io import (
     BadLine,
     BatchView,
     Credentials,
     Outcome,
     RateHeaders,
-    Reasoning,
     ShardLimits,
-    as_sent,
     counted,
-    model_name,
     provider_id,
 )
 from nspec.errors import CompileError, NspecError
@@ -48,9 +45,9 @@ from nspec.runners.providers import (
     chat_text,
     connection_error,
     guard,
+    live_failure,
     live_outcome,
     not_text,
-    request_failure,
     sdk,
     sdk_kwargs,
     sdk_retries,
@@ -459,13 +456,7 @@ class AnthropicLive:
                 kwargs = sdk_kwargs(client.messages.create, params)
                 raw = await client.messages.with_raw_response.create(**kwargs)
         except Exception as exc:
-            mapped = _error(self.creds, str(params.get("model")), exc)
-            if mapped is None:
-                raise
-            failed = request_failure(line["custom_id"], mapped)
-            if failed is None:
-                raise mapped from None
-            return failed, None
+            return live_failure(line["custom_id"], exc, _error(self.creds, str(params.get("model")), exc)), None
         message = answer_json("anthropic", raw)
         result = {"custom_id": line["custom_id"], "result": {"type": "succeeded", "message": message}}
         return live_outcome("anthropic", lambda: parse_result(result)), raw.headers

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nspec.compiler.provider_registry import REASONING_TOKENS
+from nspec.compiler.providers.contract import REASONING_TOKENS
 
 API_VERSION = "2026-10-21"  # what nspec sends (the anthropic SDK 2.x's default)
 OLD_VERSION = "2023-06-01"  # the version before it, still answered

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import Credentials, ShardLimits, model_name
+from nspec.compiler.providers.contract import model_name
+from nspec.compiler.providers.io import Credentials, ShardLimits
 from nspec.errors import ProviderError
 from nspec.runners.providers import Clients, sdk, sdk_retries
 from nspec.runners.providers.openai import ENDPOINTS, OpenAI, OpenAIBatches, OpenAILive

@@ -26,19 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.caching import CacheStyle
-from nspec.compiler.provider_registry import (
-    REASONING_TOKENS,
-    BadLine,
-    BatchView,
-    Credentials,
-    Outcome,
-    Reasoning,
-    ShardLimits,
-    as_sent,
-    model_name,
-    provider_id,
-)
+from nspec.compiler.providers.contract import REASONING_TOKENS, CacheStyle, Reasoning, as_sent, model_name
+from nspec.compiler.providers.io import BadLine, BatchView, Credentials, Outcome, ShardLimits, provider_id
 from nspec.errors import NspecError
 from nspec.prompt import Prompt
 from nspec.runners.providers import (
@@ -46,9 +35,9 @@ from nspec.runners.providers import (
     NotText,
     connection_error,
     guard,
+    live_failure,
     live_outcome,
     not_text,
-    request_failure,
     sdk,
     sdk_retries,
     status_error,
@@ -462,13 +451,7 @@ class GoogleLive:
                 model=model, contents=request["contents"], config=config
             )
         except Exception as exc:
-            mapped = _error(self.creds, model, exc)
-            if mapped is None:
-                raise
-            failed = request_failure(line["key"], mapped)
-            if failed is None:
-                raise mapped from None
-            return failed, None
+            return live_failure(line["key"], exc, _error(self.creds, model, exc)), None
         body = response.model_dump(mode="json", by_alias=True, exclude_none=True)
         http = response.sdk_http_response
         outcome = live_outcome("google", lambda: response_outcome(line["key"], body))

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import OPENAI_CHAT, Credentials, Outcome, ShardLimits, message_text
+from nspec.compiler.providers.contract import OPENAI_CHAT, message_text
+from nspec.compiler.providers.io import Credentials, Outcome, ShardLimits
 from nspec.compiler.tokenizers import Tokenizer
 from nspec.errors import UserError
 from nspec.events import Event, announce

@@ -18,37 +18,22 @@
 from __future__ import annotations
 
 import importlib
-import json
-from collections.abc import Callable, Iterator, Mapping
-from functools import partial
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import (
-    BadLine,
-    BatchView,
-    Credentials,
-    Outcome,
-    ShardLimits,
-    as_sent,
-    counted,
-    model_name,
-    provider_id,
-)
+from nspec.compiler.providers.io import BatchView, Credentials, Outcome, ShardLimits, counted
 from nspec.errors import NspecError
-from nspec.prompt import Prompt
 from nspec.runners.providers import (
     ChatBodyLines,
-    chat_messages,
     connection_error,
-    guard,
+    live_failure,
     live_outcome,
-    request_failure,
     sdk,
     sdk_retries,
     status_error,
-    stream_lines,
 )
+from nspec.runners.providers.file_batches import FileBatches
 from nspec.runners.providers.openai import parse_result as parse_openai_line
 
 INSTALL_HINT = "pip install 'needlespec[mistral]'"
@@ -93,11 +78,6 @@ _RENAMED = {"max_completion_tokens": "max_tokens", "seed": "random_seed"}
 _ENDED = ("SUCCESS", "FAILED", "TIMEOUT_EXCEEDED", "CANCELLED")
 
 
-def body_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A spec's parameters in Mistral's names; null leaves one out."""
-    return {_RENAMED.get(k, k): v for k, v in params.items() if v is not None}
-
-
 def parse_result(line: Mapping[str, Any]) -> Outcome:
     """A line of a Mistral batch's output or error file (OpenAI's shape, `error` carrying `message` and `code`)."""
     return parse_openai_line(line)
@@ -116,25 +96,13 @@ class Mistral(ChatBodyLines):
     renamed = _RENAMED
     request_name = "Mistral's chat completion request"
     refusal = " (it answers 422)"
+    prefill_fields: Mapping[str, Any] = {"prefix": True}  # a final assistant message with `prefix: true`
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
-        return True  # a final assistant message with `prefix: true`
+        return True
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(1_000_000, 512 * 1000 * 1000)  # docs.mistral.ai: up to 1M requests per job; files 512 MB
-
-    def request_line(
-        self,
-        entry: Mapping[str, Any],
-        custom_id: str,
-        prompt: Prompt,
-        params: Mapping[str, Any],
-        max_tokens: int,
-    ) -> dict[str, Any]:
-        messages = chat_messages(as_sent(self, entry, prompt), prefix=True)
-        body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
-        body.update(body_params(params))
-        return {"custom_id": custom_id, "body": body}
 
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         response_format = {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
@@ -170,85 +138,57 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     return None
 
 
-class MistralBatches:
+class MistralBatches(FileBatches):
     """Mistral batch jobs over uploaded JSONL files."""
 
-    finds_exactly = True  # by metadata this folder wrote
+    files_endpoint = content_endpoint = "batch files"
 
     def __init__(self, creds: Credentials) -> None:
-        self.creds = creds
+        super().__init__("mistral", creds)
         self.client = _client(creds, sdk_retries())
         self.creating = _client(creds, 0)
 
-    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
-        return guard("mistral", what, lambda exc: _error(self.creds, what, exc), call, objects)
+    def _error(self, model: str, exc: BaseException) -> NspecError | None:
+        return _error(self.creds, model, exc)
 
-    def upload(self, shard: Path) -> str:
+    def parse_line(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def _refused_as(self, line: Mapping[str, Any]) -> str:
+        return str(line["body"]["model"])  # a job is created on its model, which Mistral checks then
+
+    def _upload(self, shard: Path) -> Any:
         with open(shard, "rb") as fh:
-            file = {"file_name": shard.name, "content": fh}
-            uploaded = self._call("batch files", lambda: self.client.files.upload(file=file, purpose="batch"))
-        return str(self._call("batch files", lambda: provider_id(uploaded.id, "file id")))
+            return self.client.files.upload(file={"file_name": shard.name, "content": fh}, purpose="batch")
 
-    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
-        with open(shard, "rb") as fh:
-            model = str(json.loads(fh.readline())["body"]["model"])
-        # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds again
-        # (`find`) instead of paying for a second one.
-        create = self.creating.batch.jobs.create
+    def _create(self, file_id: str, line: Mapping[str, Any], metadata: dict[str, str]) -> Any:
+        model = str(line["body"]["model"])
+        jobs = self.creating.batch.jobs
+        return jobs.create(input_files=[file_id], model=model, endpoint=CHAT, metadata=metadata, timeout_hours=24)
 
-        def call() -> str:
-            job = create(input_files=[file_id], model=model, endpoint=CHAT, metadata=metadata, timeout_hours=24)
-            return provider_id(job.id, "batch id")
+    def _listed(self, after: float) -> Iterator[tuple[Any, float]]:
+        listed = self.client.batch.jobs.list(page=0, page_size=100)
+        return ((job, float(job.created_at)) for job in listed.data or [])
 
-        return str(self._call(model, call, objects=False))
+    def _get(self, batch_id: str) -> Any:
+        return self.client.batch.jobs.get(job_id=batch_id)
 
-    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
-        """Jobs carrying exactly this metadata, created after ``after`` (Unix seconds) less five minutes of clock
-        skew, with their creation times."""
+    def _view(self, job: Any) -> BatchView:
+        files = tuple(f for f in (job.output_file, job.error_file) if f)
+        done = counted(job.succeeded_requests, job.failed_requests)
+        return BatchView(job.id, str(job.status), job.status in _ENDED, done, counted(job.total_requests), files)
 
-        def call() -> list[tuple[str, float]]:
-            found = []
-            listed = self.client.batch.jobs.list(page=0, page_size=100)
-            for job in listed.data or []:
-                said = job.metadata or {}
-                if job.created_at >= after - 300 and all(said.get(k) == v for k, v in metadata.items()):
-                    found.append((provider_id(job.id, "batch id"), float(job.created_at)))
-            return found
+    def _failure(self, job: Any) -> str:
+        return "; ".join(str(e.message) for e in job.errors or []) or str(job.status)
 
-        return list(self._call("batches", call))
+    def _download(self, file_id: str, dest: Path) -> None:
+        response = self.client.files.download(file_id=file_id)
+        with open(dest, "wb") as fh:
+            for block in response.iter_bytes():
+                fh.write(block)
 
-    def poll(self, batch_id: str) -> BatchView:
-        def call() -> BatchView:
-            job = self.client.batch.jobs.get(job_id=batch_id)
-            files = tuple(f for f in (job.output_file, job.error_file) if f)
-            done = counted(job.succeeded_requests, job.failed_requests)
-            return BatchView(job.id, str(job.status), job.status in _ENDED, done, counted(job.total_requests), files)
-
-        view: BatchView = self._call("batches", call)
-        return view
-
-    def failure(self, batch_id: str) -> str:
-        def call() -> str:
-            job = self.client.batch.jobs.get(job_id=batch_id)
-            return "; ".join(str(e.message) for e in job.errors or []) or str(job.status)
-
-        return str(self._call("batches", call))
-
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
-        for file_id in view.output_files:
-            yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
-
-    def _fetch(self, file_id: str, dest: Path) -> None:
-        def write() -> None:
-            response = self.client.files.download(file_id=file_id)
-            with open(dest, "wb") as fh:
-                for block in response.iter_bytes():
-                    fh.write(block)
-
-        self._call("batch files", write)
-
-    def cancel(self, batch_id: str) -> None:
-        self._call("batches", lambda: self.client.batch.jobs.cancel(job_id=batch_id))
+    def _cancel(self, batch_id: str) -> None:
+        self.client.batch.jobs.cancel(job_id=batch_id)
 
 
 class MistralLive:
@@ -263,13 +203,7 @@ class MistralLive:
         try:
             response = await self.client.chat.complete_async(**body)
         except Exception as exc:
-            mapped = _error(self.creds, str(body.get("model")), exc)
-            if mapped is None:
-                raise
-            failed = request_failure(line["custom_id"], mapped)
-            if failed is None:
-                raise mapped from None
-            return failed, None
+            return live_failure(line["custom_id"], exc, _error(self.creds, str(body.get("model")), exc)), None
         completion = {"status_code": 200, "body": response.model_dump(mode="json")}
         result = {"custom_id": line["custom_id"], "response": completion}
         return live_outcome("mistral", lambda: parse_result(result)), None

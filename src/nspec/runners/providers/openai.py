@@ -21,25 +21,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.caching import CacheCut, CacheStyle
-from nspec.compiler.provider_registry import (
+from nspec.compiler.providers.contract import (
     OPENAI_CHAT,
     REASONING_TOKENS,
-    BadLine,
+    CacheCut,
+    CacheStyle,
+    Reasoning,
+    as_sent,
+    model_name,
+)
+from nspec.compiler.providers.io import (
     BatchView,
     Credentials,
     Outcome,
     RateHeaders,
-    Reasoning,
     ShardLimits,
-    as_sent,
     counted,
-    model_name,
-    provider_id,
 )
 from nspec.compiler.tokenizers import Tokenizer, encoding
 from nspec.errors import NspecError
@@ -53,16 +53,15 @@ from nspec.runners.providers import (
     chat_messages,
     chat_text,
     connection_error,
-    guard,
+    live_failure,
     live_outcome,
     not_text,
-    request_failure,
     sdk,
     sdk_kwargs,
     sdk_retries,
     status_error,
-    stream_lines,
 )
+from nspec.runners.providers.file_batches import CLOCK_SKEW, FileBatches, stream_content
 from nspec.runners.providers.openai_models import (
     CHAT,
     FLEX_MODELS,
@@ -458,91 +457,54 @@ def _client(provider: str, creds: Credentials, retries: int, is_async: bool) -> 
     )
 
 
-class OpenAIBatches:
-    """Files and batches, for OpenAI and OpenAI-compatible servers. Every call reads its answer inside `guard`, so an
-    answer of the wrong shape is a `MalformedResponse` naming the endpoint."""
-
-    finds_exactly = True  # by metadata this folder wrote
+class OpenAIBatches(FileBatches):
+    """Files and batches, for OpenAI and OpenAI-compatible servers."""
 
     def __init__(self, provider: str, creds: Credentials) -> None:
-        self.provider, self.creds = provider, creds
+        super().__init__(provider, creds)
         self.client = _client(provider, creds, sdk_retries(), False)
 
-    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
-        return guard(self.provider, what, lambda exc: _error(self.provider, self.creds, what, exc), call, objects)
+    def _error(self, model: str, exc: BaseException) -> NspecError | None:
+        return _error(self.provider, self.creds, model, exc)
 
-    def upload(self, shard: Path) -> str:
-        with open(shard, "rb") as fh:
-            create = self.client.files.create
-            return str(
-                self._call("files", lambda: provider_id(create(file=(shard.name, fh), purpose="batch").id, "file id"))
-            )
+    def parse_line(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
 
-    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
+    def _upload(self, shard: Path) -> Any:
         with open(shard, "rb") as fh:
-            endpoint = json.loads(fh.readline())["url"]  # a shard holds one model's lines, all to one endpoint
-        # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds again
-        # (`find`) instead of paying for a second one.
+            return self.client.files.create(file=(shard.name, fh), purpose="batch")
+
+    def _create(self, file_id: str, line: Mapping[str, Any], metadata: dict[str, str]) -> Any:
         create = self.client.with_options(max_retries=0).batches.create
         window = self.creds.options.get("completion_window", "24h")
+        return create(input_file_id=file_id, endpoint=line["url"], completion_window=window, metadata=metadata)
 
-        def call() -> str:
-            batch = create(input_file_id=file_id, endpoint=endpoint, completion_window=window, metadata=metadata)
-            return provider_id(batch.id, "batch id")
+    def _listed(self, after: float) -> Iterator[tuple[Any, float]]:
+        for batch in self.client.batches.list(limit=100):
+            created = float(batch.created_at)
+            if created < after - CLOCK_SKEW:  # listed newest first: older ones cannot be ours
+                return
+            yield batch, created
 
-        return str(self._call("batches", call, objects=False))
+    def _get(self, batch_id: str) -> Any:
+        return self.client.batches.retrieve(batch_id)
 
-    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
-        """Batches carrying exactly this metadata, created after ``after`` (Unix seconds) less five minutes of clock
-        skew, with their creation times."""
+    def _view(self, b: Any) -> BatchView:
+        counts = b.request_counts
+        done = counted(getattr(counts, "completed", 0), getattr(counts, "failed", 0))
+        files = tuple(f for f in (b.output_file_id, b.error_file_id) if f)
+        ended = b.status in ("completed", "failed", "expired", "cancelled")
+        return BatchView(b.id, b.status, ended, done, counted(getattr(counts, "total", 0)), files)
 
-        def call() -> list[tuple[str, float]]:
-            found = []
-            for batch in self.client.batches.list(limit=100):
-                created = float(batch.created_at)
-                if created < after - 300:  # listed newest first: older ones cannot be ours
-                    break
-                said = batch.metadata or {}
-                if all(said.get(k) == v for k, v in metadata.items()):
-                    found.append((provider_id(batch.id, "batch id"), created))
-            return found
+    def _failure(self, b: Any) -> str:
+        errors = b.errors.data if b.errors and b.errors.data else []
+        return "; ".join(f"line {e.line}: {e.code}: {e.message}" for e in errors) or str(b.status)
 
-        return list(self._call("batches", call))
+    def _download(self, file_id: str, dest: Path) -> None:
+        stream_content(self.client, file_id, dest)
 
-    def poll(self, batch_id: str) -> BatchView:
-        def call() -> BatchView:
-            b = self.client.batches.retrieve(batch_id)
-            counts = b.request_counts
-            done = counted(getattr(counts, "completed", 0), getattr(counts, "failed", 0))
-            files = tuple(f for f in (b.output_file_id, b.error_file_id) if f)
-            ended = b.status in ("completed", "failed", "expired", "cancelled")
-            return BatchView(b.id, b.status, ended, done, counted(getattr(counts, "total", 0)), files)
-
-        view: BatchView = self._call("batches", call)
-        return view
-
-    def failure(self, batch_id: str) -> str:
-        def call() -> str:
-            b = self.client.batches.retrieve(batch_id)
-            errors = b.errors.data if b.errors and b.errors.data else []
-            return "; ".join(f"line {e.line}: {e.code}: {e.message}" for e in errors) or str(b.status)
-
-        return str(self._call("batches", call))
-
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
-        for file_id in view.output_files:
-            yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
-
-    def _fetch(self, file_id: str, dest: Path) -> None:
-        def call() -> None:
-            # Streamed to disk: a result file of hundreds of megabytes is never held whole.
-            with self.client.files.with_streaming_response.content(file_id) as response:
-                response.stream_to_file(dest)
-
-        self._call("file content", call)
-
-    def cancel(self, batch_id: str) -> None:
-        self._call("batches", lambda: self.client.batches.cancel(batch_id))
+    def _cancel(self, batch_id: str) -> None:
+        self.client.batches.cancel(batch_id)
 
 
 class OpenAILive:
@@ -560,12 +522,7 @@ class OpenAILive:
                 raw = await api.with_raw_response.create(**sdk_kwargs(api.create, body))
         except Exception as exc:
             mapped = _error(self.provider, self.creds, str(body.get("model")), exc)
-            if mapped is None:
-                raise
-            failed = request_failure(line["custom_id"], mapped)
-            if failed is None:
-                raise mapped from None
-            return failed, None
+            return live_failure(line["custom_id"], exc, mapped), None
         response = {"status_code": 200, "body": answer_json(self.provider, raw)}
         result = {"custom_id": line["custom_id"], "response": response}
         return live_outcome(self.provider, lambda: parse_result(result)), raw.headers

@@ -16,39 +16,25 @@
 from __future__ import annotations
 
 import importlib
-import json
-from collections.abc import Callable, Iterator, Mapping
-from functools import partial
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nspec.compiler.provider_registry import (
-    BadLine,
-    BatchView,
-    Credentials,
-    Outcome,
-    ShardLimits,
-    as_sent,
-    model_name,
-    provider_id,
-)
+from nspec.compiler.providers.io import BatchView, Credentials, Outcome, ShardLimits
 from nspec.errors import NspecError
-from nspec.prompt import Prompt
 from nspec.runners.providers import (
     ChatBodyLines,
     Clients,
     answer_json,
-    chat_messages,
     connection_error,
-    guard,
+    live_failure,
     live_outcome,
-    request_failure,
     sdk,
     sdk_kwargs,
     sdk_retries,
     status_error,
-    stream_lines,
 )
+from nspec.runners.providers.file_batches import FileBatches, stream_content
 from nspec.runners.providers.openai import parse_result as parse_openai_line
 from nspec.runners.providers.pacing import http_client
 
@@ -113,23 +99,11 @@ class Together(ChatBodyLines):
     request_fields = REQUEST_FIELDS
     renamed = _RENAMED
     request_name = "Together's chat completions request"
+    # It takes no prefill (the default): Together's chat API does not say it continues one, so a task family's answer
+    # prefix goes at the end of the last user turn.
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
         return ShardLimits(50_000, 100 * 1000 * 1000)  # docs.together.ai: 50,000 requests and 100 MB per batch
-
-    def request_line(
-        self,
-        entry: Mapping[str, Any],
-        custom_id: str,
-        prompt: Prompt,
-        params: Mapping[str, Any],
-        max_tokens: int,
-    ) -> dict[str, Any]:
-        # Together's chat API does not say it continues a prefill: one goes at the end of the last user turn.
-        messages = chat_messages(as_sent(self, entry, prompt))
-        body: dict[str, Any] = {"model": model_name(entry), "messages": messages, "max_tokens": max_tokens}
-        body.update({_RENAMED.get(k, k): v for k, v in params.items() if v is not None})
-        return {"custom_id": custom_id, "body": body}
 
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
@@ -165,82 +139,56 @@ def _error(creds: Credentials, model: str, exc: BaseException) -> NspecError | N
     return None
 
 
-class TogetherBatches:
-    """Together's files and batch jobs."""
+class TogetherBatches(FileBatches):
+    """Together's files and batch jobs. Its batches carry no metadata: a shard's are those made from the file this
+    folder uploaded."""
 
-    finds_exactly = True  # by the file this folder uploaded
+    files_endpoint = content_endpoint = "batch files"
 
     def __init__(self, creds: Credentials) -> None:
-        self.creds = creds
+        super().__init__("together", creds)
         self.client = _client(creds, sdk_retries(), False)
 
-    def _call(self, what: str, call: Callable[[], Any], objects: bool = True) -> Any:
-        return guard("together", what, lambda exc: _error(self.creds, what, exc), call, objects)
+    def _error(self, model: str, exc: BaseException) -> NspecError | None:
+        return _error(self.creds, model, exc)
 
-    def upload(self, shard: Path) -> str:
+    def parse_line(self, line: Mapping[str, Any]) -> Outcome:
+        return parse_result(line)
+
+    def _refused_as(self, line: Mapping[str, Any]) -> str:
+        return str(line["body"]["model"])
+
+    def _upload(self, shard: Path) -> Any:
         # The server validates the lines; the SDK's own check is for fine-tuning data.
-        uploaded = self._call(
-            "batch files", lambda: self.client.files.upload(file=shard, purpose="batch-api", check=False)
-        )
-        return str(self._call("batch files", lambda: provider_id(uploaded.id, "file id")))
+        return self.client.files.upload(file=shard, purpose="batch-api", check=False)
 
-    def create(self, file_id: str, shard: Path, metadata: dict[str, str]) -> str:
-        with open(shard, "rb") as fh:
-            model = str(json.loads(fh.readline())["body"]["model"])
-        # Not retried by the SDK: a create whose answer was lost may have made a batch, which the runner finds again
-        # (`find`) instead of paying for a second one.
-        create = self.client.with_options(max_retries=0).batches.create
-        return str(
-            self._call(
-                model, lambda: provider_id(create(input_file_id=file_id, endpoint=CHAT).job.id, "batch id"), False
-            )
-        )
+    def _create(self, file_id: str, line: Mapping[str, Any], metadata: dict[str, str]) -> Any:
+        return self.client.with_options(max_retries=0).batches.create(input_file_id=file_id, endpoint=CHAT).job
 
-    def find(self, metadata: dict[str, str], after: float) -> list[tuple[str, float]]:
-        """Batches made from the shard's uploaded file after the recorded intent (less five minutes of clock skew),
-        with their creation times: Together batches carry no metadata."""
+    def _listed(self, after: float) -> Iterator[tuple[Any, float]]:
+        for job in self.client.batches.list():
+            yield job, job.created_at.timestamp() if job.created_at else after
 
-        def call() -> list[tuple[str, float]]:
-            found = []
-            for job in self.client.batches.list():
-                created = job.created_at.timestamp() if job.created_at else after
-                if job.input_file_id == metadata.get("nspec_file") and created >= after - 300:
-                    found.append((provider_id(job.id, "batch id"), created))
-            return found
+    def _made_from(self, job: Any, metadata: Mapping[str, str]) -> bool:
+        return bool(job.input_file_id == metadata.get("nspec_file"))
 
-        return list(self._call("batches", call))
+    def _get(self, batch_id: str) -> Any:
+        return self.client.batches.retrieve(batch_id)
 
-    def poll(self, batch_id: str) -> BatchView:
-        def call() -> BatchView:
-            job = self.client.batches.retrieve(batch_id)
-            files = tuple(f for f in (job.output_file_id, job.error_file_id) if f)
-            status = str(job.status or "VALIDATING")
-            progress = job.progress if isinstance(job.progress, int | float) and 0 <= job.progress <= 100 else 0
-            return BatchView(job.id, status, status in _ENDED, round(progress), 100, files)
+    def _view(self, job: Any) -> BatchView:
+        files = tuple(f for f in (job.output_file_id, job.error_file_id) if f)
+        status = str(job.status or "VALIDATING")
+        progress = job.progress if isinstance(job.progress, int | float) and 0 <= job.progress <= 100 else 0
+        return BatchView(job.id, status, status in _ENDED, round(progress), 100, files)
 
-        view: BatchView = self._call("batches", call)
-        return view
+    def _failure(self, job: Any) -> str:
+        return str(job.error or job.status)
 
-    def failure(self, batch_id: str) -> str:
-        def call() -> str:
-            job = self.client.batches.retrieve(batch_id)
-            return str(job.error or job.status)
+    def _download(self, file_id: str, dest: Path) -> None:
+        stream_content(self.client, file_id, dest)
 
-        return str(self._call("batches", call))
-
-    def download(self, view: BatchView, folder: Path) -> Iterator[Outcome | BadLine]:
-        for file_id in view.output_files:
-            yield from stream_lines(partial(self._fetch, file_id), folder, file_id, parse_result)
-
-    def _fetch(self, file_id: str, dest: Path) -> None:
-        def call() -> None:
-            with self.client.files.with_streaming_response.content(file_id) as response:
-                response.stream_to_file(dest)
-
-        self._call("batch files", call)
-
-    def cancel(self, batch_id: str) -> None:
-        self._call("batches", lambda: self.client.batches.cancel(batch_id))
+    def _cancel(self, batch_id: str) -> None:
+        self.client.batches.cancel(batch_id)
 
 
 class TogetherLive:
@@ -257,13 +205,7 @@ class TogetherLive:
                 kwargs = sdk_kwargs(client.chat.completions.create, body)
                 raw = await client.chat.completions.with_raw_response.create(**kwargs)
         except Exception as exc:
-            mapped = _error(self.creds, str(body.get("model")), exc)
-            if mapped is None:
-                raise
-            failed = request_failure(line["custom_id"], mapped)
-            if failed is None:
-                raise mapped from None
-            return failed, None
+            return live_failure(line["custom_id"], exc, _error(self.creds, str(body.get("model")), exc)), None
         response = {"status_code": 200, "body": answer_json("together", raw)}
         result = {"custom_id": line["custom_id"], "response": response}
         return live_outcome("together", lambda: parse_result(result)), raw.headers

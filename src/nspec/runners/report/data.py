@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from nspec.compiler.prices import Lane, Price, Usage, price_for
-from nspec.compiler.provider_registry import provider
+from nspec.compiler.providers.registry import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
