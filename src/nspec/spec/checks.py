@@ -15,12 +15,12 @@ from typing import Any
 
 from nspec import corpora
 from nspec.compiler import grid as grid_axes
+from nspec.compiler.compilation import Compilation, Mode
 from nspec.compiler.haystack import load_haystack, source_problem
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.provider_registry import Provider, key_destination_problem, names, provider
 from nspec.compiler.tasks import Family, ParamError, registry
-from nspec.compiler.tokenizers import floor_count
 from nspec.errors import CompileError, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
 from nspec.spec.schema import params_issues
@@ -710,22 +710,13 @@ def family_fit(
     makes them: a task at each point of `grid.params` (a parameter it cannot use as given, a `ParamError`, located
     at the parameter as the spec ``written`` gives it: `task.params`, or its value in `grid.params`), then the first
     trial's drafts at the shortest length, where a context that cannot fit fails first (located at
-    `grid.context_lengths`). Nothing is built that compile builds from the haystack: a `Fill` draft's prompt and
-    inserts are counted alone (`haystack_room`), and a model whose own tokenizer is the model itself is counted by
-    a floor (`FloorCount`), so that nothing is loaded; such a model is left to compile in a family that generates
-    its contexts."""
-    from nspec.compiler.cells import CellMaker
-
+    `grid.context_lengths`), as `Compilation.check` finds it."""
     family = registry.family(registry.named(spec))
-    grid = spec["grid"]
-    shortest = min(grid_axes.context_lengths(grid["context_lengths"]))
     task = spec.get("task")
     at: Path = ("task", "params") if isinstance(task, dict) and "params" in task else ("task",)
     try:
         haystack = load_haystack(spec["haystack"], base_dir, confinement) if family.needs_haystack else None
-        maker = CellMaker(
-            {**spec, "grid": {**grid, "context_lengths": [shortest]}}, haystack, None, None, base_dir, confinement
-        )
+        compilation = Compilation(spec, haystack, Mode.VALIDATE, None, None, base_dir, confinement)
     except SpecError as exc:
         return exc.issues
     except ParamError as exc:
@@ -738,28 +729,8 @@ def family_fit(
         return [SpecIssue(source.value(where), format_path(where), str(exc))]
     except UserError as exc:
         return [SpecIssue(source.value(at), format_path(at), str(exc))]
-    maker.trials, maker.build_requests, maker.read_haystack, maker.smallest_sizes = 1, False, False, True
-    if not family.needs_haystack:
-        # A generated context is sized by counting it (RULER's tasks count their parts too): under a floor no size
-        # overflows, and the search grew it without end. Compile fits those models.
-        maker.models = [m for m in maker.models if floor_count(m.tokenizer) is m.tokenizer]
-    for model in maker.models:
-        model.tokenizer = floor_count(model.tokenizer)
     try:
-        for _ in maker.cells():
-            pass
-        if haystack is not None:
-            # What the haystack's own tokens decide (too short for the longest length, a document repeated against
-            # `haystack.repeat: error`, no sentence end where a needle goes): the first trial at the longest length,
-            # built as compile builds it, the haystack tokenised once; not for a model its own engine counts.
-            longest = max(grid_axes.context_lengths(grid["context_lengths"]))
-            maker = CellMaker(
-                {**spec, "grid": {**grid, "context_lengths": [longest]}}, haystack, None, None, base_dir, confinement
-            )
-            maker.trials, maker.build_requests = 1, False
-            maker.models = [m for m in maker.models if floor_count(m.tokenizer) is m.tokenizer]
-            for _ in maker.cells():
-                pass
+        compilation.check()
     except CompileError as exc:
         return [lengths_issue(source, str(exc))]
     return []
