@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nspec.compiler.cells import models_of, prompt_variants  # noqa: E402
+from nspec.compiler.models import models_of, prompt_variants  # noqa: E402
 from nspec.compiler.run_writer import compile_run  # noqa: E402
 from nspec.spec import load_spec  # noqa: E402
 from nspec.templates import render  # noqa: E402

@@ -18,16 +18,14 @@ import pytest
 from tests.distributions import reload_plugins
 
 MODULE = """
-from nspec.compiler.tasks import Draft, Fixed, Sized
-from nspec.compiler.tasks.ruler.base import Built
+from nspec.compiler.tasks import Axis, Built, Draft, Family, Fixed, Sized, Task
 from nspec.prompt import Turn
 
 WORDS = ["apple", "pear", "plum", "fig", "lime", "kiwi", "date", "yuzu"]
 
 
-class Counting:
+class Counting(Family):
     name = "counting"
-    version = "1"
     params_schema = {
         "type": "object",
         "additionalProperties": False,
@@ -36,15 +34,13 @@ class Counting:
             "vocabulary": {"type": "integer", "minimum": 2, "maximum": len(WORDS), "default": 4},
         },
     }
-    axes = ()
-    needs_haystack = False
     default_scoring = ({"string_match_all": {}},)
 
     def task(self, setup):
         return CountingTask(setup.params, setup.negatives)
 
 
-class CountingTask:
+class CountingTask(Task):
     def __init__(self, params, negatives):
         self.word = params.get("word", "apple")
         self.vocabulary = WORDS[: params.get("vocabulary", 4)]
@@ -53,9 +49,6 @@ class CountingTask:
 
     def cells(self, lengths):
         return len(lengths)
-
-    def depth_plan(self):
-        return []
 
     def drafts(self, slot):
         def build(size):
@@ -72,9 +65,8 @@ class CountingTask:
         yield Draft({}, Sized(build, step=10), question)
 
 
-class Replay:
+class Replay(Family):
     name = "replay"
-    version = "1"
     params_schema = {
         "type": "object",
         "additionalProperties": False,
@@ -94,23 +86,19 @@ class Replay:
             }
         },
     }
-    axes = ("row",)
-    needs_haystack = False
+    axes = (Axis("row"),)
     default_scoring = ({"contains": "{answer}"},)
 
     def task(self, setup):
         return ReplayTask(setup.params["rows"])
 
 
-class ReplayTask:
+class ReplayTask(Task):
     def __init__(self, rows):
         self.rows = rows
 
     def cells(self, lengths):
         return len(self.rows)
-
-    def depth_plan(self):
-        return []
 
     def drafts(self, slot):
         for row in self.rows:

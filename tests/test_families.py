@@ -83,7 +83,13 @@ def test_a_sized_context_is_the_largest_that_fits(tmp_path):
         "content": " The number of times is",
     }
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["task"] == {"name": "counting", "version": "1", "params": {"word": "fig"}, "axes": []}
+    assert manifest["task"] == {
+        "name": "counting",
+        "version": "1",
+        "params": {"word": "fig"},
+        "axes": [],
+        "view": {"axes": [], "details": [], "table": None},
+    }
     assert manifest["haystack"] == {"kind": "none"}
 
 

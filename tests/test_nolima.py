@@ -141,7 +141,7 @@ def test_a_needle_set_in_nolima_s_format_is_read(cli, spec_file, tmp_path):
         (
             ("{corpus: austen}", "{stack: {items: i.jsonl, questions: q.jsonl}}"),
             None,
-            "task: the nolima task family hides needles in text; a `stack` haystack is the stack family's",
+            "task: the nolima task family reads a text haystack (corpus, files or noise), not a `stack`",
         ),
     ],
 )

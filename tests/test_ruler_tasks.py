@@ -12,13 +12,13 @@ import pytest
 
 from nspec.compiler.draws import Draws
 from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
-from nspec.compiler.tasks.ruler.base import largest_fitting
 from nspec.compiler.tasks.ruler.cwe import CommonWords
 from nspec.compiler.tasks.ruler.fwe import FrequentWords
 from nspec.compiler.tasks.ruler.qa import QuestionAnswering, hotpotqa_corpus, squad_corpus
 from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order, permutation
 from nspec.compiler.tasks.ruler.vt import VariableTracking
 from nspec.compiler.tasks.ruler.words import common_words_vocabulary
+from nspec.compiler.tasks.sizing import largest_fitting
 from nspec.compiler.tokenizers import encoding
 
 COUNT = encoding("o200k_base").count

@@ -446,8 +446,8 @@ def test_an_emulated_reasoning_model_spends_its_reasoning_first():
 
 
 def judge(entry: dict):
-    from nspec.compiler.cells import models_of
     from nspec.compiler.judge_prompts import JUDGE_ANSWER_TOKENS
+    from nspec.compiler.models import models_of
     from nspec.compiler.run_writer import judge_budget
 
     (model,) = models_of({"models": [entry]})
@@ -509,7 +509,7 @@ def test_a_reasoning_model_with_too_small_a_budget_is_warned(spec_file):
 
 
 def test_a_reasoning_judge_gives_verdicts_where_sixteen_tokens_gave_none(make_emulator):  # noqa: F811
-    from nspec.compiler.cells import models_of
+    from nspec.compiler.models import models_of
     from nspec.runners.grading.judging import Grading
 
     emu = make_emulator(responder=Responder(reasoning_share=0.125))
@@ -545,7 +545,7 @@ def accepted(api, line: dict) -> list[str]:
 @pytest.mark.parametrize("name", sorted(p.name for p in shipped_specs() if p.name != "quickstart.yaml"))
 def test_every_shipped_spec_compiles_to_lines_the_apis_accept(name, tmp_path, monkeypatch):
     from nspec.compiler import grid as grid_axes
-    from nspec.compiler.cells import models_of
+    from nspec.compiler.models import models_of
     from nspec.runners.grading.judging import Grading
 
     monkeypatch.chdir(SPECS.parent)
@@ -577,7 +577,7 @@ def test_params_of_an_entry_the_schema_refuses_are_not_checked_into_a_crash(cli,
 
 
 def test_a_default_a_model_takes_only_at_other_values_is_left_out_and_said():
-    from nspec.compiler.cells import models_of
+    from nspec.compiler.models import models_of
     from nspec.compiler.run_writer import left_out_notes
 
     spec = {

@@ -1,8 +1,9 @@
 """Cache-shaped compiling: which prefix of each request the provider is expected to have cached, and where a
 request marks what to cache — decided by arithmetic, deterministically, as the cells are made.
 
-A cache group is the cells of one model, trial and prompt variant; a cell shares the group's prefix when its prompt
-is the group's up to the haystack and its haystack starts at the group's first token. Two provider styles:
+A cache group is the cells of one model, trial and prompt variant (`fit.cache_groups`); a cell shares the group's prefix
+when its prompt is the group's up to the haystack and its haystack starts at the group's first token. Two provider
+styles:
 - `prefix` (OpenAI, Gemini): every request's prefix is cached on its own, in steps of ``granularity`` tokens from
   ``minimum`` on, so two cells of a group share every token up to the earlier one's first needle; writing is free,
   so nothing is decided but the order, and a key that routes a group to the same cache.

@@ -25,11 +25,15 @@ from nspec.inputs import Confinement
 from nspec.run_layout import file_in_the_way
 from nspec.version import __version__
 
-from .cells import FAR_FROM_DEPTH, Cell, CellMaker, Model, models_of
+from .compilation import Compilation, Mode
 from .counts_file import CountsFile, Fetch
+from .fit.fill import FAR_FROM_DEPTH
 from .haystack import HaystackSource, load_haystack
 from .judge_prompts import judge_prompt, judge_rubric
+from .models import Model, models_of
 from .prices import LANES, Lane, Usage, price_for, price_table
+from .record import Cell
+from .stats import CompileStats
 from .tasks import registry
 from .tokenizers import encoding
 
@@ -245,7 +249,7 @@ class Plan:
     models: list[dict[str, Any]]
     fallbacks: list[dict[str, Any]]
     judges: list[dict[str, Any]] = field(default_factory=list)
-    task: dict[str, Any] | None = None  # the task family a spec names (none: its needles or stack)
+    task: dict[str, Any] | None = None  # the task family the spec runs (`task_info`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -266,16 +270,17 @@ def prepare(
     base_dir: str,
     confinement: Confinement | None,
     max_cells: int,
+    mode: Mode = Mode.COMPILE,
     counts: CountsFile | None = None,
     fetch: dict[str, Fetch] | None = None,
-) -> tuple[HaystackSource, CellMaker, str]:
-    """The haystack, the cell maker (with ``counts``, and ``fetch`` to ask for missing ones: calibrate) and the
-    compile hash of a resolved spec, its grid checked against ``max_cells`` first. The haystack is read only for a
-    task family that places its content in one."""
+) -> tuple[Compilation, str]:
+    """The compilation (with ``counts``, and ``fetch`` to ask for missing ones: calibrate) and the compile hash of a
+    resolved spec, its grid checked against ``max_cells`` first. The haystack is read only for a task family that
+    places its content in one."""
     needs = registry.family(registry.named(spec)).needs_haystack
     source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
-    maker = CellMaker(spec, source, counts, fetch, base_dir, confinement)
-    cells = maker.count()
+    compilation = Compilation(spec, source, mode, counts, fetch, base_dir, confinement)
+    cells = compilation.count()
     if cells > max_cells:
         raise CompileError(
             f"the grid makes {cells:,} cells, more than the cap of {max_cells:,}: shrink the grid (lengths, depths, "
@@ -283,41 +288,48 @@ def prepare(
         )
     counted = [
         m.tokenizer.name if m.counter is None else f"{m.counter.known.counted_by}:{m.counter.known.digest()}"
-        for m in maker.models
+        for m in compilation.models
     ]
-    task = task_info(maker)
     # What a family read from files its parameters name (`Setup.read`, `Task.inputs_digest`): a changed file is
-    # another run.
-    digests = [f["sha256"] for f in maker.task_files]
-    digests += sorted({d for _, t in maker.tasks if (d := getattr(t, "inputs_digest", None))})
-    named = None if task is None else " ".join([task["name"], task["version"], *digests])
-    return maker.source, maker, compile_hash(spec, maker.source, counted, named)
+    # another run. A spec of needles or a stack names no family: its hash is as it always was.
+    digests = [f["sha256"] for f in compilation.task_files]
+    digests += sorted({t.inputs_digest for _, t in compilation.tasks if t.inputs_digest is not None})
+    family = compilation.family
+    named = " ".join([family.name, family.version, *digests]) if "task" in spec else None
+    return compilation, compile_hash(spec, compilation.source, counted, named)
 
 
-def task_info(maker: CellMaker) -> dict[str, Any] | None:
-    """The task family a spec names, as the manifest records it (None for a spec of needles or a stack)."""
-    if "task" not in maker.spec:
-        return None
-    family = maker.family
-    axes = list(dict.fromkeys([*family.axes, *registry.sweeps(maker.spec)]))
-    info = {"name": family.name, "version": family.version, "params": registry.params_of(maker.spec), "axes": axes}
-    return {**info, "files": maker.task_files} if maker.task_files else info
+def task_info(compilation: Compilation) -> dict[str, Any]:
+    """The task family a spec runs, as the manifest records it: its name, version, parameters and axes, how the
+    report shows its cells (`Family.view`), and the files it read."""
+    spec, family = compilation.spec, compilation.family
+    sweeps = list(registry.sweeps(spec))
+    axes = list(dict.fromkeys([*(a.key for a in family.axes), *sweeps]))
+    info = {
+        "name": family.name,
+        "version": family.version,
+        "params": registry.params_of(spec),
+        "axes": axes,
+        "view": family.view(sweeps),
+    }
+    return {**info, "files": compilation.task_files} if compilation.task_files else info
 
 
-def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:
+def _haystack_info(compilation: Compilation) -> dict[str, Any]:
     """The haystack as compiled: its files (each with the most times one cell holds it), one pass of its sources in
     each encoding's tokens, and how many cells needed more than one pass."""
-    if not maker.fills:
+    if not compilation.fills:
         return {"kind": "none"}  # the family generates its contexts or brings them whole
-    use = maker.use
+    source, stats = compilation.source, compilation.stats
+    use = stats.use
     info: dict[str, Any] = {
         "kind": source.kind,
         "sha256": source.digest,
         "documents": len(source.documents),
         "separator": source.separator,
         "vary": source.vary,
-        "repeat": maker.spec["haystack"].get("repeat", "allow"),
-        "pass_tokens": maker.pass_tokens,
+        "repeat": compilation.spec["haystack"].get("repeat", "allow"),
+        "pass_tokens": stats.pass_tokens,
         "cells_repeating": use.cells_repeating,
         "max_uses_per_cell": max(use.max_uses, default=0),
     }
@@ -328,33 +340,34 @@ def _haystack_info(source: HaystackSource, maker: CellMaker) -> dict[str, Any]:
     return info
 
 
-def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def fallbacks(compilation: Compilation, models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Everything the compile did in place of what the spec asked for, said once, per model where it applies: a
     haystack repeated within a cell, token counts estimated by a proxy (and cells fitted inside its margin), needles
     far from their depth, a model with no known price."""
     out: list[dict[str, Any]] = []
-    by_label = {m.label: m for m in maker.models}
+    stats = compilation.stats
+    by_label = {m.label: m for m in compilation.models}
     for entry in models:
         label, model = entry["label"], by_label[entry["label"]]
-        repeating = maker.repeating.get(label, 0)
-        if repeating and source.kind != "noise":
-            tokens = maker.pass_tokens.get(model.tokenizer.encoding_name, 0)
+        repeating = stats.repeating[label]
+        if repeating and compilation.source.kind != "noise":
+            tokens = stats.pass_tokens.get(model.tokenizer.encoding_name, 0)
             out.append(
                 {
                     "kind": "repeated_haystack",
                     "model": label,
                     "cells": repeating,
                     "message": f"{label}: {repeating} of {entry['cells']} cells hold a haystack source more than once "
-                    f"(up to {max(maker.use.max_uses)} times): the sources hold {tokens:,} "
+                    f"(up to {max(stats.use.max_uses)} times): the sources hold {tokens:,} "
                     f"{model.tokenizer.name} tokens. Set haystack.repeat: error to refuse, or use a larger haystack "
                     "(corpus: [austen, kjv] holds 1.95M tokens)",
                 }
             )
         tokenizer = model.tokenizer
         if model.counter is not None:
-            out.extend(_count_notes(maker, model, entry["cells"]))
+            out.extend(_count_notes(stats, model, entry["cells"]))
         elif not tokenizer.exact:
-            capped = maker.capped.get(label, 0)
+            capped = stats.capped[label]
             message = (
                 f"{label}: token counts are estimated ({tokenizer.name}); the real count may be up to "
                 f"{tokenizer.margin:.0%} higher"
@@ -369,7 +382,7 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
             if model.api.counts_tokens:
                 message += "; `nspec calibrate SPEC` counts them exactly (the provider's count-tokens endpoint is free)"
             out.append({"kind": "estimated_tokens", "model": label, "cells": capped, "message": message})
-        unplaced = maker.unplaced.get(label, 0)
+        unplaced = stats.unplaced[label]
         if unplaced:
             out.append(
                 {
@@ -380,7 +393,7 @@ def fallbacks(source: HaystackSource, maker: CellMaker, models: list[dict[str, A
                     "they have no cell: add a longer context length to run them",
                 }
             )
-        far = maker.far.get(label, 0)
+        far = stats.far[label]
         if far:
             out.append(
                 {
@@ -427,11 +440,11 @@ def left_out_notes(spec: dict[str, Any], models: list[Model]) -> list[dict[str, 
     return out
 
 
-def _count_notes(maker: CellMaker, model: Model, cells: int) -> list[dict[str, Any]]:
+def _count_notes(stats: CompileStats, model: Model, cells: int) -> list[dict[str, Any]]:
     """What a calibrated model's counts fell back to: cells the counts file has no counts for, and cells counted
     only by a composition that calibrate found wrong for this model."""
     notes = []
-    uncounted, inexact = maker.uncounted.get(model.label, 0), maker.inexact.get(model.label, 0)
+    uncounted, inexact = stats.uncounted[model.label], stats.inexact[model.label]
     if uncounted:
         message = (
             f"{model.label}: {uncounted} of {cells} cells are estimated ({model.tokenizer.name}, margin "
@@ -458,17 +471,16 @@ def plan(
     """Every cell made and counted, nothing written. Haystack files outside ``confinement`` are refused; a grid of
     more than ``max_cells`` cells is refused before any work; models with ``counts`` are fitted and counted in
     them."""
-    source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
-    maker.build_requests = False  # a plan counts; request lines are what compile writes
-    totals = {m.label: ModelTotals(m) for m in maker.models}
+    compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.PLAN, counts)
+    totals = {m.label: ModelTotals(m) for m in compilation.models}
     judges = JudgeTotals(spec)
-    for cell in maker.cells():
+    for cell in compilation.cells():
         totals[cell.model.label].add(cell)
         judges.add(cell)
-    models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
-    notes = fallbacks(source, maker, models) + left_out_notes(spec, maker.models)
-    info = _haystack_info(source, maker)
-    return Plan(spec["name"], digest[:12], digest, info, models, notes, judges.as_list(), task_info(maker))
+    models = [t.as_dict(compilation.stats.dropped[label]) for label, t in totals.items()]
+    notes = fallbacks(compilation, models) + left_out_notes(spec, compilation.models)
+    info = _haystack_info(compilation)
+    return Plan(spec["name"], digest[:12], digest, info, models, notes, judges.as_list(), task_info(compilation))
 
 
 class ShardWriter:
@@ -549,7 +561,7 @@ def compile_run(
     blocked = file_in_the_way(Path(out_root) / spec["name"])
     if blocked is not None:  # said before the work, not after
         raise UserError(f"cannot write the run directory under {out_root}: {blocked} is not a folder")
-    source, maker, digest = prepare(spec, base_dir, confinement, max_cells, counts)
+    compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.COMPILE, counts)
     parent = Path(out_root) / spec["name"]
     final = parent / digest[:12]
     if (final / "manifest.json").is_file():
@@ -559,7 +571,7 @@ def compile_run(
     try:
         with writing(final):
             (tmp / "answers" / "requests").mkdir(parents=True)
-            _write(tmp, spec, source, maker, digest, provenance)
+            _write(tmp, spec, compilation, digest, provenance)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -576,8 +588,7 @@ def compile_run(
 def _write(
     folder: Path,
     spec: dict[str, Any],
-    source: HaystackSource,
-    maker: CellMaker,
+    compilation: Compilation,
     digest: str,
     provenance: dict[str, Any],
 ) -> None:
@@ -588,11 +599,11 @@ def _write(
     yaml.dump(spec, yaml_text)
     (folder / "spec.yaml").write_text(yaml_text.getvalue(), encoding="utf-8")
     caps = spec.get("run", {}).get("shard", {})
-    writers = {m.label: ShardWriter(folder, m, caps) for m in maker.models}
-    totals = {m.label: ModelTotals(m) for m in maker.models}
+    writers = {m.label: ShardWriter(folder, m, caps) for m in compilation.models}
+    totals = {m.label: ModelTotals(m) for m in compilation.models}
     seen: set[str] = set()
     with open(folder / "cells.jsonl", "wb") as cells_file:
-        for cell in _unique(maker.cells(), seen):
+        for cell in _unique(compilation.cells(), seen):
             assert cell.request is not None
             shard = writers[cell.model.label].write(jsonl.encode(cell.request), cell.opens_group)
             cells_file.write(jsonl.encode({**cell.record, "shard": shard}))
@@ -600,13 +611,13 @@ def _write(
     for label, writer in writers.items():
         writer.close()
         totals[label].shards = writer.shards
-    models = [t.as_dict(maker.dropped.get(label, 0)) for label, t in totals.items()]
-    notes = fallbacks(source, maker, models) + left_out_notes(spec, maker.models)
+    models = [t.as_dict(compilation.stats.dropped[label]) for label, t in totals.items()]
+    notes = fallbacks(compilation, models) + left_out_notes(spec, compilation.models)
     manifest = {
         "nspec_format": FORMAT_VERSION,
         "nspec_version": __version__,
         **Plan(
-            spec["name"], digest[:12], digest, _haystack_info(source, maker), models, notes, [], task_info(maker)
+            spec["name"], digest[:12], digest, _haystack_info(compilation), models, notes, [], task_info(compilation)
         ).as_dict(),
         "provenance": provenance,
         "totals": {

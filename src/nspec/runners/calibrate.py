@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nspec.compiler.cells import Cell
+from nspec.compiler.compilation import Mode
 from nspec.compiler.counts_file import CountsFile, ModelCounts
 from nspec.compiler.providers.credentials import credentials
 from nspec.compiler.providers.io import TokenCounter
 from nspec.compiler.providers.registry import provider
+from nspec.compiler.record import Cell
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, prepare
 from nspec.errors import ProviderError, writing
 from nspec.events import Event, Listener, ignore
@@ -128,10 +129,12 @@ def _count_cells(
 ) -> dict[str, list[Cell]]:
     """One compile asking for every count it needs (and, ``whole``, each cell's whole count); the cells to verify
     composition on, per model. The counts kept are exactly those used."""
-    _, maker, _ = prepare(loaded.data, loaded.base_dir, loaded.confinement, max_cells, counts, dict(askers))
+    compilation, _ = prepare(
+        loaded.data, loaded.base_dir, loaded.confinement, max_cells, Mode.COMPILE, counts, dict(askers)
+    )
     samples: dict[str, dict[str, Cell]] = {m: {} for m in askers}
-    lengths = maker.lengths
-    for cell in maker.cells():
+    lengths = compilation.lengths
+    for cell in compilation.cells():
         model_id = cell.model.model_id
         if model_id not in askers or cell.model.counter is None:
             continue
@@ -154,7 +157,7 @@ def _count_cells(
             if wanted:
                 chosen.setdefault(kind, cell)
     if not whole:  # keep what this compile used: counts of an earlier version of the spec go
-        for model in maker.models:
+        for model in compilation.models:
             if model.counter is not None and model.model_id in askers:
                 known = counts.models[model.model_id]
                 known.counts = {k: known.counts[k] for k in model.counter.used}

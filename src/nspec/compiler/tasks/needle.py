@@ -13,22 +13,84 @@ from .. import grid as grid_axes
 from ..context import Insert
 from ..draws import Draws
 from ..needles import CellNeedles, draw_needles, needle_ids
-from . import Draft, Fill, Setup, Slot
+from . import DEPTH, Draft, Family, Fill, PlacingTask, Setup, Slot, SpecChecks
+from .family import Path
 
 
-class NeedleFamily:
+class NeedleFamily(Family):
     name = "needle"
-    version = "1"
-    params_schema: Mapping[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
-    axes = ("depth",)
-    needs_haystack = True
-    default_scoring: Sequence[Mapping[str, Any]] = ({"auto": True},)
+    haystack_kind = "text"
+    sections = (("needles",), ("placement",), ("grid", "questions_per_context"))
+    axes = (DEPTH,)
 
     def task(self, setup: Setup) -> NeedleTask:
         return NeedleTask(setup)
 
+    def check(self, spec: Mapping[str, Any], checks: SpecChecks) -> None:
+        needles = spec.get("needles")
+        if isinstance(spec.get("haystack"), dict) and needles is None:
+            checks.error((), "missing `needles`: what to hide in the haystack")
+        if not isinstance(needles, list):
+            return
+        ids: dict[str, int] = {}
+        for i, needle in enumerate(needles):
+            if not isinstance(needle, dict):
+                continue
+            check_needle(("needles", i), needle, checks)
+            nid = needle.get("id")
+            if isinstance(nid, str):
+                if nid in ids:
+                    checks.error(("needles", i, "id"), f"needle id {nid!r} is already used by needles[{ids[nid]}]")
+                ids[nid] = i
 
-class NeedleTask:
+
+def check_needle(path: Path, needle: Mapping[str, Any], checks: SpecChecks) -> None:
+    """One needle's templates and variables: every variable used, and in its text (else the answer cannot be found
+    in the context); copies of it told apart by a variable drawn per instance."""
+    variables = needle.get("vars")
+    names = set(variables) if isinstance(variables, dict) else set()
+    fields: list[tuple[Path, Any]] = [
+        ((*path, "text"), needle.get("text")),
+        ((*path, "question"), needle.get("question")),
+    ]
+    answer = needle.get("answer")
+    fields += (
+        [((*path, "answer", i), a) for i, a in enumerate(answer)]
+        if isinstance(answer, list)
+        else [((*path, "answer"), answer)]
+    )
+    alternates = needle.get("alternates")
+    if isinstance(alternates, list):
+        fields += [((*path, "alternates", i), a) for i, a in enumerate(alternates)]
+    found = [set(checks.template(p, text, names, "this needle (its `vars`)") or ()) for p, text in fields]
+    in_text, used = found[0], set().union(*found)
+    for name in sorted(names - used):
+        checks.error((*path, "vars", name), f"variable {name!r} is never used", at_key=True)
+    for name in sorted((names & used) - in_text):
+        checks.error(
+            (*path, "vars", name),
+            f"variable {name!r} does not appear in the needle's `text`, so the answer cannot be found in the context",
+            at_key=True,
+        )
+    if isinstance(variables, dict):
+        for name, spec in variables.items():
+            if isinstance(spec, dict) and "separator" in spec and "words" not in spec:
+                checks.error(
+                    (*path, "vars", name, "separator"), "`separator` applies to `words` variables only", at_key=True
+                )
+    count, distractors = needle.get("count", 1), needle.get("distractors", 0)
+    per_instance = any(
+        isinstance(s, dict) and s.get("scope", "instance") == "instance"
+        for s in (variables.values() if isinstance(variables, dict) else ())
+    )
+    if isinstance(count, int) and isinstance(distractors, int) and (count > 1 or distractors > 0) and not per_instance:
+        checks.error(
+            path,
+            "copies of this needle would all be identical: give it a variable with `scope: instance` (the default)",
+        )
+
+
+class NeedleTask(PlacingTask):
     def __init__(self, setup: Setup) -> None:
         spec = setup.spec
         self.needles: list[dict[str, Any]] = spec["needles"]

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from nspec.errors import CompileError
 from nspec.inputs import Confinement, InputRefused, read_input
@@ -36,7 +36,7 @@ from nspec.inputs import Confinement, InputRefused, read_input
 from .. import grid as grid_axes
 from ..context import Insert
 from ..draws import Draws
-from . import Draft, Fill, ParamError, Setup, Slot
+from . import DEPTH, Axis, Detail, Draft, Family, Fill, ParamError, PlacingTask, Setup, Slot
 
 BUILT_IN = "builtin"
 MAX_NEEDLE_SET_BYTES = 16 * 2**20
@@ -171,10 +171,9 @@ def asked(pairs: list[Pair], params: Mapping[str, Any]) -> list[Pair]:
     return [p for p in pairs if kinds is None or p.kind in kinds]
 
 
-class NolimaFamily:
+class NolimaFamily(Family):
     name = "nolima"
-    version = "1"
-    params_schema: Mapping[str, Any] = {
+    params_schema: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
@@ -184,9 +183,10 @@ class NolimaFamily:
             "latent": {"type": "boolean", "default": False},
         },
     }
-    axes: tuple[str, ...] = ("depth", "question")
-    needs_haystack = True
-    default_scoring: Sequence[Mapping[str, Any]] = ({"contains": "{answer}"},)
+    haystack_kind = "text"
+    axes: ClassVar[tuple[Axis, ...]] = (DEPTH, Axis("question", "Question kind"))
+    details: ClassVar[tuple[Detail, ...]] = (Detail("needle pair", "data.pair"),)
+    default_scoring = ({"contains": "{answer}"},)
 
     def task(self, setup: Setup) -> NolimaTask:
         assert setup.source is not None
@@ -199,7 +199,7 @@ def _prompt_texts(spec: Mapping[str, Any]) -> str:
     return "\n".join(str(v) for p in prompts for v in p.values())
 
 
-class NolimaTask:
+class NolimaTask(PlacingTask):
     def __init__(self, setup: Setup) -> None:
         params = setup.params
         try:

@@ -2,7 +2,8 @@
 group (as providers come through the `nspec.providers` group). A spec names a family; it never names code: a spec
 from someone else's repository runs only what is installed here.
 
-A third-party package registers a family with an entry point that loads an object with the `Family` interface:
+A package registers a family with an entry point that loads an instance of a `Family` subclass (nspec's own are
+registered so in its pyproject.toml):
 
     [project.entry-points."nspec.tasks"]
     counting = "my_package.counting:FAMILY"
@@ -13,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nspec.plugins import Registry, named_itself
+from nspec.plugins import Registry
 
-from . import Family
+from .family import Family, family_problem
 
-FAMILIES: Registry[Family] = Registry("nspec.tasks", "task family", "task families", named_itself)
+FAMILIES: Registry[Family] = Registry("nspec.tasks", "task family", "task families", family_problem)
 
 
 def names() -> list[str]:

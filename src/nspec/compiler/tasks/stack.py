@@ -11,23 +11,35 @@ from .. import grid as grid_axes
 from ..context import Insert
 from ..draws import Draws
 from ..haystack import HaystackSource, StackQuestion
-from . import Draft, Fill, Setup, Slot
+from . import DEPTH, Axis, Draft, Family, Fill, PlacingTask, Setup, Slot, SpecChecks
 
 
-class StackFamily:
+class StackFamily(Family):
     name = "stack"
-    version = "1"
-    params_schema: Mapping[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
-    axes = ("depth", "repeat")
-    needs_haystack = True
-    default_scoring: Sequence[Mapping[str, Any]] = ({"auto": True},)
+    haystack_kind = "stack"
+    sections = (("grid", "repeats"), ("grid", "questions_per_context"))
+    axes = (DEPTH, Axis("repeat", "Repeats"))
 
     def task(self, setup: Setup) -> StackTask:
         assert setup.source is not None and setup.source.kind == "stack"
         return StackTask(setup, setup.source)
 
+    def check(self, spec: Mapping[str, Any], checks: SpecChecks) -> None:
+        haystack = spec.get("haystack")
+        if not isinstance(haystack, dict) or "stack" not in haystack:
+            return
+        if haystack.get("boundary") == "period-token":
+            checks.error(("haystack", "boundary"), "a stack is cut between its items: `period-token` is for text")
+        separator = haystack.get("separator")
+        if isinstance(separator, str) and not separator.endswith("\n"):
+            checks.error(
+                ("haystack", "separator"),
+                "a stack's separator must end with a newline, so that the stack is cut between items exactly "
+                '(the default is a blank line, "\\n\\n")',
+            )
 
-class StackTask:
+
+class StackTask(PlacingTask):
     def __init__(self, setup: Setup, source: HaystackSource) -> None:
         self.source = source
         self.seed = setup.seed

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nspec import jsonl
-from nspec.compiler.cells import Model, models_of
 from nspec.compiler.judge_prompts import DEFAULT_PRESET, PRESETS, Graded, JudgePrompt, judge_prompt, judge_rubric
+from nspec.compiler.models import Model, models_of
 from nspec.compiler.run_writer import ShardWriter, effective_mode, judge_budget
 from nspec.prompt import Prompt
 from nspec.runners.grading.grader import needle_text

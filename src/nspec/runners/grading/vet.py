@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nspec.compiler.cells import Model, models_of, prompt_variants
 from nspec.compiler.draws import Draws
 from nspec.compiler.haystack import load_haystack
+from nspec.compiler.models import Model, models_of, prompt_variants
 from nspec.compiler.needles import draw_needles
 from nspec.compiler.providers.credentials import credentials
 from nspec.compiler.providers.io import Outcome

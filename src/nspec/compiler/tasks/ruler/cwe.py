@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.base import Built
 from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order
 from nspec.compiler.tasks.ruler.words import common_words_vocabulary
+from nspec.compiler.tasks.sizing import Built
 
 TEMPLATE = (
     "Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones that "

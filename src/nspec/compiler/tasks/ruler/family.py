@@ -26,9 +26,8 @@ from typing import Any, ClassVar
 
 from nspec.errors import CellError, CompileError, UserError
 
-from .. import Draft, ParamError, Setup, Sized, SizeSearch, Slot, registry
+from .. import Axis, Built, Draft, Family, ParamError, Setup, Sized, SizeSearch, Slot, Table, Task, registry
 from . import cwe, fwe, niah, qa, vt
-from .base import Built
 from .haystacks import Essay
 
 NIAH_PARAMS = ("num_needle_k", "num_needle_v", "num_needle_q")
@@ -111,13 +110,12 @@ def data_file(params: Mapping[str, Any], dataset: str, base_dir: str) -> str:
     return os.path.normpath(os.path.join(base_dir, params.get(dataset, DATA_FILES[dataset])))
 
 
-class RulerFamily:
+class RulerFamily(Family):
     name = "ruler"
-    version = "1"
     params_schema = PARAMS_SCHEMA
-    axes = ("task",)
-    needs_haystack = False
-    default_scoring: Sequence[Mapping[str, Any]] = ({"ruler": True},)
+    axes = (Axis("task", "Task"),)
+    table = Table("ruler", "RULER", "task")  # RULER's results table, as its README prints it
+    default_scoring = ({"ruler": True},)
     path_params = PATH_PARAMS
 
     def task(self, setup: Setup) -> RulerCells:
@@ -129,7 +127,7 @@ class RulerFamily:
         return list(dict.fromkeys(data_file(p, dataset, base_dir) for p, dataset in datasets if dataset is not None))
 
 
-class RulerCells:
+class RulerCells(Task):
     """One RULER task's samples: one draft per slot, its trial the sample."""
 
     # The sample last made (its task, trial and length) with its last builds. One for every task: a sample's models
@@ -177,9 +175,6 @@ class RulerCells:
     def cells(self, lengths: Sequence[int]) -> int:
         return len(lengths)
 
-    def depth_plan(self) -> list[tuple[float | None, int]]:
-        return []
-
     def drafts(self, slot: Slot) -> Iterator[Draft]:
         build, step, limit = self._sample(slot)
         task = self.task
@@ -209,16 +204,18 @@ class RulerCells:
         return made
 
     def _checked(self, build: Callable[[int], Built], slot: Slot) -> Callable[[int], Built]:
-        """The generator's build, its refusals (a size too small for what it holds) said as a compile error, and its
+        """The generator's build, its refusals (a size too small for what it holds) said as a compile error, its
         answer prefix without trailing white space: vt's ends in a space (`they are: `), which Anthropic refuses at
-        the end of a prefill; dropped for every provider, so every model gets the same prompt (docs/ruler.md)."""
+        the end of a prefill; dropped for every provider, so every model gets the same prompt (docs/ruler.md); and
+        its question, the last line of every RULER template."""
 
         def checked(size: int) -> Built:
             try:
                 built = build(size)
             except ValueError as exc:
                 raise CellError(f"RULER's {self.name} at length {slot.length:,}: {exc}") from None
-            return replace(built, answer_prefix=built.answer_prefix.rstrip())
+            question = built.text.rsplit("\n", 1)[-1]
+            return replace(built, answer_prefix=built.answer_prefix.rstrip(), question=question)
 
         return checked
 
@@ -251,7 +248,7 @@ class RulerCells:
             raise CellError(f"RULER's {self.name} at length {length:,}: {exc}") from None
 
 
-# What the report and judges show as the cell's question (the prompt holds RULER's own).
+# The question of a task, in general (a system prompt's {question}); each cell's is its sample's own.
 _QUESTIONS = {
     "niah": "What are all the special magic values for the keys asked?",
     "vt": "Find all variables that are assigned the value asked.",

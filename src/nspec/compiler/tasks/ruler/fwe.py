@@ -18,8 +18,8 @@ import string
 from collections.abc import Hashable
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.base import Built
 from nspec.compiler.tasks.ruler.sampling import fixed_order
+from nspec.compiler.tasks.sizing import Built
 
 TEMPLATE = (
     "Read the following coded text and track the frequency of each coded word. Find the three most frequently "

@@ -39,10 +39,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.base import Built
 from nspec.compiler.tasks.ruler.haystacks import DEPTHS, NOISE, Essay, insert_at_depths
 from nspec.compiler.tasks.ruler.sampling import distinct_indices
 from nspec.compiler.tasks.ruler.words import wonderwords
+from nspec.compiler.tasks.sizing import Built
 
 # NVIDIA/RULER scripts/data/synthetic/constants.py, TASKS['niah'] (commit c3f5e3b4f87f), verbatim.
 TEMPLATE = """Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic {type_needle_v} for {query} mentioned in the provided text?"""  # noqa: E501

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.base import Built
 from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order
+from nspec.compiler.tasks.sizing import Built
 
 TEMPLATE = (
     "Answer the question based on the given documents. Only give me the answer and do not output any other words.\n\n"

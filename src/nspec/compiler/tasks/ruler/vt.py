@@ -19,8 +19,8 @@ import string
 from collections.abc import Callable, Hashable, Sequence
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.base import Built, largest_fitting
 from nspec.compiler.tasks.ruler.sampling import distinct_indices
+from nspec.compiler.tasks.sizing import Built, largest_fitting
 
 TEMPLATE = (
     "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n{context}\n"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from nspec.compiler.tasks.ruler.base import NEVER, largest_fitting, largest_within
+from nspec.compiler.tasks.sizing import NEVER, largest_fitting, largest_within
 
 
 @pytest.mark.parametrize("step", [1, 5, 25, 500])

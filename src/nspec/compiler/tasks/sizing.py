@@ -1,4 +1,9 @@
-"""What every RULER generator returns, and RULER's way of meeting a length: the largest size that fits."""
+"""What a generated context is built as (`Built`), and RULER's way of meeting a length: the largest size that fits.
+
+A family whose contexts grow with a size (`Sized` drafts: RULER's generators, GraphWalks' graphs, MRCR's
+conversations, a third party's) returns a `Built` from its build; the framework finds the size with
+`largest_fitting` (the largest multiple of a step) or `largest_within` (RULER's search over a grid of sizes).
+"""
 
 from __future__ import annotations
 
@@ -16,13 +21,14 @@ OVERSHOOT = 1024  # how far past the largest size known to fit a search may gues
 
 @dataclass(frozen=True)
 class Built:
-    """One sample of a RULER task at one size.
+    """One generated context at one size.
 
-    ``text`` is the user turn: RULER's template filled with the context and the query, without the answer prefix;
-    ``answer_prefix`` is what RULER puts after it for the model to continue (an assistant prefill where a provider
-    takes one); ``expected`` are RULER's outputs for the sample, computed from the context that was built.
-    ``history`` holds the turns of a conversation before that user turn (MRCR's exchanges), user first; RULER's
-    have none.
+    ``text`` is the last user turn (for RULER: its template filled with the context and the query, without the
+    answer prefix); ``answer_prefix`` is what follows it for the model to continue (an assistant prefill where a
+    provider takes one); ``expected`` are the answers, computed from the context that was built. ``history`` holds
+    the turns of a conversation before that user turn (MRCR's exchanges), user first. ``question`` is the question
+    as this build asks it (the node a GraphWalks graph asks about, the keys a RULER sample asks for): it replaces
+    the draft's on the cell, so the cell says what was sent.
     """
 
     text: str
@@ -30,6 +36,7 @@ class Built:
     expected: list[str]
     data: dict[str, Any] = field(default_factory=dict)
     history: tuple[Turn, ...] = ()
+    question: str | None = None
 
 
 def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = None, near: int | None = None) -> int:
