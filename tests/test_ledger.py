@@ -7,7 +7,8 @@ import sqlite3
 import pytest
 
 from nspec.errors import UserError
-from nspec.runners.ledger import MIGRATIONS, VERSION, Ledger
+from nspec.runners.ledger import Ledger
+from nspec.runners.ledger.schema import MIGRATIONS, VERSION
 
 
 def indexes(path) -> set[str]:

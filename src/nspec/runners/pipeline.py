@@ -24,6 +24,7 @@ from typing import Any
 
 from nspec.compiler.providers.credentials import Destination, destination
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
+from nspec.compiler.run_writer import plan as plan_run
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing
 from nspec.events import Event, Listener, ignore
@@ -32,7 +33,7 @@ from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
 from nspec.runners.run_store import Run, check_results, exclusive
 from nspec.runners.session import Session, failure_summary, grade, set_scoring, stage_status, stages
-from nspec.spec import load_spec, located_cells
+from nspec.spec import LoadedSpec, load_spec, located_cells
 from nspec.spec.provenance import describe
 
 
@@ -42,6 +43,23 @@ class Compiled:
     run_id: str
     created: bool  # False when an identical run directory already existed
     destinations: list[Destination]  # where the run's requests (answers and judges) go, and with which keys
+
+
+@dataclass(frozen=True)
+class Planned:
+    # What `nspec plan --json` prints: the compiler's plan, the cap on cells, where requests go, the provenance.
+    plan: dict[str, Any]
+    destinations: list[Destination]
+
+    @property
+    def cells(self) -> int:
+        """The grid's cells, the dropped ones too: what the cap on cells counts."""
+        return sum(m["cells"] + m["dropped_cells"] for m in self.plan["models"])
+
+    @property
+    def dropped_cells(self) -> int:
+        """Cells longer than their model's max_context, dropped (`run.on_too_long: drop`)."""
+        return sum(m["dropped_cells"] for m in self.plan["models"])
 
 
 @dataclass(frozen=True)
@@ -99,6 +117,19 @@ def compile_spec(
             loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
         )
     return Compiled(result.path, result.path.name, result.created, destinations(loaded.data))
+
+
+def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned:
+    """What compiling a loaded spec would make, nothing written: cells, requests, tokens and estimated cost per model
+    and judge, where the requests go, and the spec's provenance. A grid of more than ``max_cells`` cells is
+    refused."""
+    with located_cells(loaded):
+        planned = plan_run(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
+    sends = destinations(loaded.data)
+    where = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
+    return Planned(
+        {**planned.as_dict(), "max_cells": max_cells, "destinations": where, "provenance": describe(loaded)}, sends
+    )
 
 
 def destinations(spec: dict[str, Any]) -> list[Destination]:

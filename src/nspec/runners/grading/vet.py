@@ -73,8 +73,20 @@ def vet(
     }
     _, prompt = prompt_variants(spec)[0]
     questions = vet_questions(spec, base_dir, confinement)
+    requests, asked = _requests(models, prompt, questions, trials, closed_book)
+    outcomes: dict[str, Outcome] = {}
+    _ask(settings, requests, outcomes)
+    lines = _grade(spec["scoring"], asked, outcomes, attempts)
+    return _tally(questions, asked, lines, closed_book)
+
+
+def _requests(
+    models: list[Model], prompt: dict[str, Any], questions: list[VetQuestion], trials: int, closed_book: bool
+) -> tuple[list[LiveRequest], dict[str, tuple[str, VetQuestion]]]:
+    """Each model asked each question ``trials`` times, with its needle (or nothing, ``closed_book``) as the
+    haystack; and the model and question each request asks, by its id."""
     requests: list[LiveRequest] = []
-    asked: dict[str, tuple[str, VetQuestion, int]] = {}
+    asked: dict[str, tuple[str, VetQuestion]] = {}
     for model in models:
         template = {**prompt, **model.prompt_override}
         for q in questions:
@@ -82,7 +94,7 @@ def vet(
             user = render(template["user"], {**values, "haystack": "" if closed_book else q.context})
             system = render(template["system"], values) if "system" in template else None
             prefill = render(template["prefill"], values) if "prefill" in template else None
-            for t in range(trials):
+            for _ in range(trials):
                 cid = f"vet-{len(requests)}"
                 line = model.api.request_line(
                     model.entry,
@@ -94,13 +106,18 @@ def vet(
                 requests.append(
                     LiveRequest(cid, model.label, model.provider, line, request_tokens(model.provider, line))
                 )
-                asked[cid] = (model.label, q, t)
-    outcomes: dict[str, Outcome] = {}
-    _ask(settings, requests, outcomes)
-    scoring = spec["scoring"]
+                asked[cid] = (model.label, q)
+    return requests, asked
+
+
+def _grade(
+    scoring: list[Any], asked: dict[str, tuple[str, VetQuestion]], outcomes: dict[str, Outcome], attempts: int
+) -> dict[str, dict[str, Any]]:
+    """Each answer's score line, by request id: the scorers first, then the judges (if any) for what they leave
+    undecided."""
     cells = {}
     lines = {}
-    for cid, (label, q, _) in asked.items():
+    for cid, (label, q) in asked.items():
         outcome = outcomes[cid]
         cells[cid] = {
             "cell_id": cid,
@@ -120,8 +137,18 @@ def vet(
         undecided = {cid: outcomes[cid].text or "" for cid, line in lines.items() if line["verdict"] == "undecided"}
         for cid, line in ask_judges(judge, cells, undecided, attempts).items():
             lines[cid] = line if lines[cid]["verdict"] != "undecided" else {**lines[cid], **line}
+    return lines
+
+
+def _tally(
+    questions: list[VetQuestion],
+    asked: dict[str, tuple[str, VetQuestion]],
+    lines: dict[str, dict[str, Any]],
+    closed_book: bool,
+) -> list[dict[str, Any]]:
+    """Per model and question, its answers passed, asked and undecided, and whether the question is flagged."""
     tally: dict[tuple[str, str], list[int]] = {}
-    for cid, (label, q, _) in asked.items():
+    for cid, (label, q) in asked.items():
         counts = tally.setdefault((label, q.key), [0, 0, 0])
         counts[0] += lines[cid]["verdict"] == "pass"
         counts[1] += 1
