@@ -10,6 +10,18 @@ from typing import Any
 from . import ParamError, Setup
 
 LIMIT = 1 << 30  # bytes: OpenAI's files of prompts up to 128K tokens are some 100 MB as JSONL
+
+
+def data_param(shape: str, instead: str) -> dict[str, Any]:
+    """The schema of a family's `data` parameter: a published file of rows of ``shape``, sent ``instead`` of
+    generated contexts."""
+    return {
+        "description": f"{shape} as JSONL or a JSON list of rows, relative to the spec's folder: {instead}.",
+        "type": "string",
+        "minLength": 1,
+    }
+
+
 ROWS_PARAM = {
     "description": "With `data`: how many of its rows to run (the first ones); default all.",
     "type": "integer",

@@ -150,13 +150,10 @@ class GraphWalksFamily(Family):
                 "maximum": 16,
                 "default": 2,
             },
-            "data": {
-                "description": "OpenAI's published GraphWalks file (or one of its shape) as JSONL or a JSON list of "
-                "rows with `prompt`, `answer_nodes` and `problem_type`, relative to the spec's folder: its prompts "
-                "are sent as they are, instead of generated graphs.",
-                "type": "string",
-                "minLength": 1,
-            },
+            "data": datafile.data_param(
+                "OpenAI's published GraphWalks file (or one of its shape: `prompt`, `answer_nodes`, `problem_type`)",
+                "its prompts are sent as they are, instead of generated graphs",
+            ),
             "rows": datafile.ROWS_PARAM,
         },
     }

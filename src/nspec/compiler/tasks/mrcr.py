@@ -133,13 +133,11 @@ class MrcrFamily(Family):
                 "type": "string",
                 "minLength": 1,
             },
-            "data": {
-                "description": "OpenAI's published MRCR file (or one of its shape) as JSONL or a JSON list of rows "
-                "with `prompt` (a JSON list of messages), `answer` and `random_string_to_prepend`: its "
-                "conversations are sent as they are, instead of generated ones.",
-                "type": "string",
-                "minLength": 1,
-            },
+            "data": datafile.data_param(
+                "OpenAI's published MRCR file (or one of its shape: `prompt`, a JSON list of messages, `answer` and "
+                "`random_string_to_prepend`)",
+                "its conversations are sent as they are, instead of generated ones",
+            ),
             "rows": datafile.ROWS_PARAM,
         },
     }
