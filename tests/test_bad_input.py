@@ -325,7 +325,7 @@ ITEMS = "".join(f'{{"id": "i{i}", "text": "Ship {i} left at {i} o\'clock."}}\n' 
         (
             ITEMS.replace('"i2"', "i2"),
             '{"item": "i1", "question": "When?", "answer": "1"}\n',
-            "items.jsonl:3:1: not valid JSON: Expecting value",
+            "items.jsonl:3:8: not JSON (unexpected character, expected a JSON value)",
         ),
         (
             ITEMS,

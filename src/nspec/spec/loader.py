@@ -19,6 +19,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from nspec.compiler.counts_file import COUNTS_SUFFIX, CountsFile
+from nspec.compiler.json_input import DataError, Source, decode
 from nspec.compiler.judge_prompts import judge_prompt
 from nspec.compiler.providers.registry import provider
 from nspec.compiler.tasks import registry
@@ -108,14 +109,11 @@ def load_counts(spec_file: str) -> CountsFile | None:
     path = counts_file(spec_file)
     if not os.path.lexists(path):
         return None
-    data = read_input(path, COUNTS_LIMIT)
     try:
-        parsed = json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise SpecError([SpecIssue(Location(path, 1, 1), "", f"is not UTF-8 text ({exc.reason})")]) from None
-    except json.JSONDecodeError as exc:
-        where = Location(path, exc.lineno, exc.colno)
-        raise SpecError([SpecIssue(where, "", f"is not JSON ({exc.msg}): rerun nspec calibrate")]) from None
+        parsed = decode(Source(path, read_input(path, COUNTS_LIMIT))).value
+    except DataError as exc:
+        where = Location(path, exc.line, exc.column)
+        raise SpecError([SpecIssue(where, exc.field, f"{exc.reason}: rerun nspec calibrate")]) from None
     errors = sorted(_counts_validator().iter_errors(parsed), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         issues = [
