@@ -29,7 +29,8 @@ from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
 from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document
 
-# Keys holding paths relative to the file that writes them (rewritten when they come from an included file).
+# Keys of the spec's own holding paths relative to the file that writes them (rewritten where an included file
+# writes them); a task family declares its own (`Family.path_params`).
 _PATH_KEYS: tuple[Path, ...] = (
     ("haystack", "files"),
     ("haystack", "stack", "items"),
@@ -73,6 +74,7 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     files: list[str] = []
     doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
     data, source = doc.data, doc.source
+    _rebase_paths(data, source, file)
     issues = schema_issues(data, source)
     inherited = _merge_model_defaults(data, source)
     _leave_out_refused(inherited)
@@ -171,7 +173,6 @@ def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str], con
         except SpecError as exc:
             issues += [_via(issue, loc) if issue.location.file != file else issue for issue in exc.issues]
             continue
-        _rebase_paths(included.data, os.path.dirname(target_file), here)
         merged = included if merged is None else _merge(merged, included)
     if issues:
         raise SpecError(issues)
@@ -184,29 +185,50 @@ def _via(issue: SpecIssue, include_at: Location) -> SpecIssue:
     return SpecIssue(issue.location, issue.path, f"{issue.message} (included from {include_at})")
 
 
-def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
-    """Rewrite the file paths of an included spec so they are relative to the including spec's folder."""
+def _rebase_paths(data: dict[str, Any], source: SourceMap, root: str) -> None:
+    """Rewrite every file path an included file wrote so that it is relative to the folder of the ``root`` spec, as
+    the paths it writes itself are: the spec's own path keys (`_PATH_KEYS`) and its family's path parameters
+    (`Family.path_params`, but the names of what it ships), in `task.params` and in a `grid.params` sweep alike.
+    Which file wrote a value is where the source map places it, so a family named in one file and its parameters
+    set in another are read as written."""
+    to_dir = os.path.dirname(root)
+    for container, key, path in _path_places(data):
+        written, value = source.value(path).file, container[key]
+        if isinstance(value, str) and written != root:
+            container[key] = os.path.relpath(os.path.join(os.path.dirname(written), value), to_dir or ".")
 
-    def rebase(p: Any) -> Any:
-        return os.path.relpath(os.path.join(from_dir, p), to_dir or ".") if isinstance(p, str) else p
 
-    task = data.get("task")
-    params = task.get("params") if isinstance(task, dict) else None
-    if isinstance(params, dict):
-        try:
-            paths = registry.family(registry.named(data)).path_params
-        except UserError:
-            paths = ()  # an unknown family: the checks say so
-        for name in paths:
-            if name in params:
-                params[name] = rebase(params[name])
+Place = tuple[Any, str | int, Path]  # a value's container, its key there, and its path in the spec
+
+
+def _path_places(data: dict[str, Any]) -> list[Place]:
+    """Where the spec holds file paths: its own path keys and its family's path parameters."""
+    places: list[Place] = []
+
+    def add(container: Any, key: str | int, path: Path) -> None:
+        value = container[key]
+        if isinstance(value, list):
+            places.extend((value, i, (*path, i)) for i in range(len(value)))
+        else:
+            places.append((container, key, path))
+
     for keys in _PATH_KEYS:
         parent: Any = data
         for key in keys[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         if isinstance(parent, dict) and keys[-1] in parent:
-            value = parent[keys[-1]]
-            parent[keys[-1]] = [rebase(v) for v in value] if isinstance(value, list) else rebase(value)
+            add(parent, keys[-1], keys)
+    try:
+        family = registry.family(registry.named(data))
+    except UserError:
+        return places  # an unknown family: the checks say so
+    task, grid = data.get("task"), data.get("grid")
+    for parent, path in ((task, ("task", "params")), (grid, ("grid", "params"))):
+        params = parent.get("params") if isinstance(parent, dict) else None
+        for name in family.path_params if isinstance(params, dict) else ():
+            if name in params:
+                add(params, name, (*path, name))
+    return [(c, k, p) for c, k, p in places if p[0] == "haystack" or c[k] not in family.built_in_names]
 
 
 def _merge(base: Document, top: Document) -> Document:

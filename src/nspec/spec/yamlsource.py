@@ -33,6 +33,11 @@ MAX_DEPTH = 64
 
 Path = tuple[str | int, ...]
 
+# The most digits of a number a spec may write: more than any setting takes (Python refuses to read 4,300).
+MAX_DIGITS = 40
+# Half of a UTF-16 pair, which a double-quoted YAML string may write (\ud800) but is no character: nothing holding one
+# can be written as UTF-8 or sent.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_TAG}{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")}
 
@@ -310,6 +315,9 @@ class _Builder:
                 self.issue(key_node, path, "a key must be a plain name")
                 continue
             key = str(key_node.value)
+            if _SURROGATE.search(key):
+                self.issue(key_node, path, LONE_SURROGATE)
+                continue
             if key in seen:
                 first = seen[key]
                 self.issue(key_node, (*path, key), f"duplicate key {key!r}; it is already set at line {first.line}")
@@ -329,6 +337,9 @@ class _Builder:
             )
             return None
         if tag == f"{_TAG}str":
+            if _SURROGATE.search(text):
+                self.issue(node, path, LONE_SURROGATE)
+                return None
             return text
         self.source.raw[path] = text
         if tag == f"{_TAG}null":
@@ -336,6 +347,10 @@ class _Builder:
         if tag == f"{_TAG}bool":
             return text.lower() == "true"
         if tag == f"{_TAG}int":
+            digits = sum(c.isalnum() for c in text)
+            if digits > MAX_DIGITS:
+                self.issue(node, path, f"a number of {digits:,} digits: specs take numbers of up to {MAX_DIGITS}")
+                return None
             return _yaml_int(text)
         if tag == f"{_TAG}float":
             value = _yaml_float(text)
@@ -345,6 +360,12 @@ class _Builder:
                 return None
             return value
         return YamlDate(text)
+
+
+LONE_SURROGATE = (
+    "holds a lone surrogate (half of a UTF-16 pair, such as \\ud800): no character, which no text sent may hold; "
+    "write the character itself, or both halves of its pair"
+)
 
 
 def _short_tag(tag: str | None) -> str:

@@ -141,6 +141,7 @@ class MrcrFamily(Family):
             "rows": datafile.ROWS_PARAM,
         },
     }
+    path_params = ("data", "pieces")
     axes = (Axis("needles", "Needles"),)
     details = (
         Detail("exchanges", "data.exchanges"),

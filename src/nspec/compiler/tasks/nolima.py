@@ -192,6 +192,8 @@ class NolimaFamily(Family):
         },
     }
     haystack_kind = "text"
+    path_params = ("needle_set",)
+    built_in_names = frozenset({BUILT_IN})
     axes: ClassVar[tuple[Axis, ...]] = (DEPTH, Axis("question", "Question kind"))
     details: ClassVar[tuple[Detail, ...]] = (Detail("needle pair", "data.pair"),)
     default_scoring = ({"contains": "{answer}"},)

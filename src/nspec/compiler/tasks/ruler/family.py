@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from nspec.errors import CellError, CompileError, UserError
 
+from ... import grid as grid_axes
 from .. import Axis, Built, Draft, Family, ParamError, Setup, Sized, SizeSearch, Slot, Table, Task, registry
 from . import cwe, fwe, niah, qa, vt
 from .haystacks import Essay
@@ -166,6 +167,12 @@ class RulerCells(Task):
                 )
             with open(path, "rb") as data:
                 self.inputs_digest = hashlib.file_digest(data, "sha256").hexdigest()
+        elif self.task.kind == "fwe":
+            alpha = self.params.get("alpha", 2.0)
+            for length in grid_axes.context_lengths(setup.grid["context_lengths"]):
+                problem = fwe.alpha_problem(alpha, length)
+                if problem is not None:
+                    raise ParamError(("alpha",) if "alpha" in self.params else ("task",), problem)
         elif self.task.kind == "niah" and niah.TASKS[self.name].type_haystack == "essay":
             try:
                 essay()
