@@ -98,7 +98,7 @@ def folder(tmp_path, monkeypatch):
     monkeypatch.chdir(specs)
     yield specs
     family.essay.cache_clear()
-    family._corpus.cache_clear()
+    family._read_corpus.cache_clear()
 
 
 def mine(task: str, lengths: str = "[4096]", trials: int = 1, models: str = "[{id: openai/gpt-4.1-mini}]") -> str:

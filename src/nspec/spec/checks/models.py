@@ -60,7 +60,7 @@ def model_settings(c: SpecChecker, path: Path, model: dict[str, Any], reserves: 
     if isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor < MIN_PROXY_FACTOR:
         c.error(
             (*path, "tokenizer", "factor"),
-            f"{factor:g} counts a text as fewer than {MIN_PROXY_FACTOR:g} of its o200k_base tokens, which no "
+            f"{factor:g} counts a text as less than {MIN_PROXY_FACTOR:g} times its o200k_base tokens, as no "
             f"tokenizer does: a generated context would grow to {1 / factor:,.3g} times its length before it seemed "
             f"to fill it; the factor is at least {MIN_PROXY_FACTOR:g}",
         )

@@ -99,8 +99,18 @@ def essay() -> Essay:
     return Essay("".join(data.decode("utf-8") for _, data in corpora.documents("paul-graham")))
 
 
-@functools.cache
 def _corpus(dataset: str, path: str) -> qa.Corpus:
+    """The data set at ``path``, read once per process while the file stays as it was (the tasks of a sweep read
+    the same one; a process compiling specs of several folders may meet another file by the same relative name)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return _read_corpus(dataset, path, None)  # missing: `read_corpus` says where to get it
+    return _read_corpus(dataset, path, (os.path.realpath(path), info.st_size, info.st_mtime_ns))
+
+
+@functools.cache
+def _read_corpus(dataset: str, path: str, stamp: tuple[str, int, int] | None) -> qa.Corpus:
     from nspec.compiler.tasks.ruler.datasets import read_corpus
 
     return read_corpus(dataset, path)
