@@ -6,11 +6,16 @@ read beside the file that names it."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nspec.compiler.json_input import Source, decode
 
 DEEP = "[" * 100_000 + "]" * 100_000
 BIG = "1" * 5_000
@@ -327,3 +332,38 @@ def test_a_needle_set_an_included_spec_names_is_read_beside_it_and_builtin_stays
         assert result.code == 0, result.err
         cells = [json.loads(line) for line in (Path(result.out.strip()) / "cells.jsonl").read_text().splitlines()]
         assert all(("swam beside the Great Barrier Reef" in c["data"]["needle"]) == own for c in cells)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=("Cs",)), max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def paths_of(value: object, path: tuple = ()) -> list[tuple]:
+    out = [path]
+    if isinstance(value, dict):
+        out += [p for key, child in value.items() for p in paths_of(child, (*path, key))]
+    elif isinstance(value, list):
+        out += [p for i, child in enumerate(value) for p in paths_of(child, (*path, i))]
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=JSON_VALUES, indent=st.sampled_from([None, 0, 1, 3]), pick=st.randoms())
+def test_a_refusal_is_located_at_the_value_it_names(value, indent, pick):
+    """Wherever a value stands in any document, however it is laid out, a refusal of it names its line and column:
+    decoding the document from there gives the value back."""
+    text = json.dumps(value, indent=indent, ensure_ascii=pick.random() < 0.5)
+    source = Source("f.json", text.encode())
+    path = pick.choice(paths_of(value))
+    error = decode(source).error("why", path)
+    line = text.split("\n")[error.line - 1]
+    found, _ = json.JSONDecoder().raw_decode(line + "\n" + "\n".join(text.split("\n")[error.line :]), error.column - 1)
+    assert found == functools.reduce(lambda v, step: v[step], path, value)
+    assert str(error).startswith(f"f.json:{error.line}:{error.column}: ")

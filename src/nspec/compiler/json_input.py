@@ -32,11 +32,12 @@ JsonPath = tuple[str | int, ...]  # keys and indices from the top of a JSON docu
 
 class DataError(UserError):
     """A data file a spec names that nspec cannot use, located: ``name`` (the file as the spec names it), ``line``
-    and ``column`` (from 1), ``field`` (the dotted path to the value, "" for the record itself) and what is wrong."""
+    and ``column`` (from 1; None: the record as a whole), ``field`` (the dotted path to the value, "" for the record
+    itself) and what is wrong."""
 
-    def __init__(self, name: str, line: int, column: int, field: str, reason: str) -> None:
+    def __init__(self, name: str, line: int, column: int | None, field: str, reason: str) -> None:
         self.name, self.line, self.column, self.field, self.reason = name, line, column, field, reason
-        at = f"{name}:{line}:{column}"
+        at = f"{name}:{line}" if column is None else f"{name}:{line}:{column}"
         super().__init__(f"{at}: {field}: {reason}" if field else f"{at}: {reason}")
 
 
@@ -102,13 +103,12 @@ class Record:
         """The line it starts on."""
         return self.source.position(_find(self.source.data, self.start, self.at))[0]
 
-    @property
-    def where(self) -> str:
-        """``file:line``, as a message names the record."""
-        return f"{self.source.name}:{self.line}"
+    def refusal(self, reason: str) -> DataError:
+        """A refusal of the record as a whole, at the line it starts on (found only now)."""
+        return DataError(self.source.name, self.line, None, "", reason)
 
     def error(self, reason: str, path: JsonPath = ()) -> DataError:
-        """A refusal of the record, or of its value at ``path``."""
+        """A refusal of the record's value at ``path``, at its line and column."""
         return self.source.error(self.start, (*self.at, *path), reason)
 
     def embedded(self, text: str, path: JsonPath, what: str) -> Any:

@@ -222,13 +222,15 @@ def _path_places(data: dict[str, Any]) -> list[Place]:
         family = registry.family(registry.named(data))
     except UserError:
         return places  # an unknown family: the checks say so
-    task, grid = data.get("task"), data.get("grid")
-    for parent, path in ((task, ("task", "params")), (grid, ("grid", "params"))):
+    for section in ("task", "grid"):
+        parent = data.get(section)
         params = parent.get("params") if isinstance(parent, dict) else None
-        for name in family.path_params if isinstance(params, dict) else ():
-            if name in params:
-                add(params, name, (*path, name))
-    return [(c, k, p) for c, k, p in places if p[0] == "haystack" or c[k] not in family.built_in_names]
+        if isinstance(params, dict):
+            for name in family.path_params:
+                if name in params:
+                    add(params, name, (section, "params", name))
+    shipped = family.built_in_names
+    return [(c, k, p) for c, k, p in places if p[0] == "haystack" or (isinstance(c[k], str) and c[k] not in shipped)]
 
 
 def _merge(base: Document, top: Document) -> Document:

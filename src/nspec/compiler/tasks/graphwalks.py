@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from nspec.prompt import Turn
 
 from ..json_input import Record
-from . import Axis, Built, Detail, Draft, Family, Fixed, ParamError, Setup, Sized, Slot, Task, datafile
+from . import Axis, Built, Detail, Draft, Family, Fixed, Setup, Sized, Slot, Task, datafile
 
 # OpenAI's framing, from its published rows: the instructions, one worked example, the graph and the operation.
 INSTRUCTIONS = (
@@ -249,24 +249,22 @@ class PublishedRows(Task):
 def checked_row(record: Record, index: int) -> dict[str, Any]:
     """A row of OpenAI's file, with what is read of it. A row expecting no node is refused: F1 (OpenAI's grade) scores
     its cell 0 whatever the reply."""
-    row, where = record.value, record.where
+    row = record.value
     if not isinstance(row, dict):
-        raise ParamError(("data",), f"{where}: a row is an object with prompt, answer_nodes and problem_type")
+        raise record.refusal("a row is an object with prompt, answer_nodes and problem_type")
     prompt = row.get("prompt")
     if not isinstance(prompt, str) or not prompt:
-        raise ParamError(("data",), f"{where}: `prompt` must be the text of the user message")
+        raise record.refusal("`prompt` must be the text of the user message")
     nodes = row.get("answer_nodes", row.get("answer"))
     if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-        raise ParamError(("data",), f"{where}: `answer_nodes` must be a list of node ids")
+        raise record.refusal("`answer_nodes` must be a list of node ids")
     kind = row.get("problem_type")
     if kind not in OPERATIONS:
-        raise ParamError(("data",), f"{where}: `problem_type` must be bfs or parents (got {json.dumps(kind)[:40]})")
+        raise record.refusal(f"`problem_type` must be bfs or parents (got {json.dumps(kind)[:40]})")
     if not nodes:
-        raise ParamError(
-            ("data",),
-            f"{where}: `answer_nodes` is empty: F1 scores such a cell 0 whatever the reply (OpenAI's grade does too), "
-            "so no model can pass it; leave such rows out of the file (with pandas: "
-            "rows[rows.answer_nodes.str.len() > 0])",
+        raise record.refusal(
+            "`answer_nodes` is empty: F1 scores such a cell 0 whatever the reply (OpenAI's grade does too), so no "
+            "model can pass it; leave such rows out of the file (with pandas: rows[rows.answer_nodes.str.len() > 0])"
         )
     return {"row": index, "prompt": prompt, "answer_nodes": nodes, "problem_type": kind}
 

@@ -280,9 +280,9 @@ class PublishedConversations(Task):
 def checked_row(record: Record, index: int) -> dict[str, Any]:
     """A row of OpenAI's file, with what is read of it: its messages alternate user and assistant, from a user
     turn to a user turn; its answer is not empty (an empty one would pass the reply that says nothing)."""
-    row, where = record.value, record.where
+    row = record.value
     if not isinstance(row, dict):
-        raise ParamError(("data",), f"{where}: a row is an object with prompt, answer and random_string_to_prepend")
+        raise record.refusal("a row is an object with prompt, answer and random_string_to_prepend")
     prompt = row.get("prompt")
     messages = record.embedded(prompt, ("prompt",), "a JSON list of messages") if isinstance(prompt, str) else prompt
     if not isinstance(messages, list):
@@ -296,16 +296,15 @@ def checked_row(record: Record, index: int) -> dict[str, Any]:
             for m, r in zip(messages, roles, strict=True)
         )
     ):
-        raise ParamError(
-            ("data",),
-            f"{where}: `prompt` must be a list of messages ({{role, content}}) alternating user and assistant, "
-            "from a user message to a user message",
+        raise record.refusal(
+            "`prompt` must be a list of messages ({role, content}) alternating user and assistant, from a user "
+            "message to a user message"
         )
     answer, prefix = row.get("answer"), row.get("random_string_to_prepend")
     if not isinstance(answer, str) or not isinstance(prefix, str):
-        raise ParamError(("data",), f"{where}: `answer` and `random_string_to_prepend` must be text")
+        raise record.refusal("`answer` and `random_string_to_prepend` must be text")
     if not answer.strip():
-        raise ParamError(("data",), f"{where}: `answer` is empty: the cell would pass a reply that says nothing")
+        raise record.refusal("`answer` is empty: the cell would pass a reply that says nothing")
     needles = row.get("n_needles")
     return {
         "row": index,

@@ -410,6 +410,15 @@ class Local(BaseProvider):
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # `completion_prompt` ends with the prefill for the model to continue
 
+    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        """Besides the base checks: the model's file is there and is a GGUF whose vocabulary can be read."""
+        issues = super().model_issues(entry)
+        try:
+            longest_token(model_file(str(entry["id"]).split("/", 1)[1]))
+        except UserError as exc:
+            issues.append((("id",), str(exc)))
+        return issues
+
     def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")
         return {

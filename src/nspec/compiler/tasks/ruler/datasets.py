@@ -52,15 +52,20 @@ class _Wrong(Exception):
 
 def _need(value: Any, kind: type, path: JsonPath, what: str) -> Any:
     if not isinstance(value, kind):
-        found = {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), type(value).__name__)
-        raise _Wrong(path, f"{what} must be {_KINDS[kind]}, not a {found}")
+        raise _Wrong(path, f"{what} must be {_KINDS[kind]}, not a {_found(value)}")
     return value
 
 
 def _field(obj: dict[str, Any], key: str, kind: type, path: JsonPath, what: str) -> Any:
     if key not in obj:
         raise _Wrong(path, f"has no {key!r} ({what})")
-    return _need(obj[key], kind, (*path, key), what)
+    if not isinstance(obj[key], kind):
+        raise _Wrong((*path, key), f"must be {_KINDS[kind]}, not a {_found(obj[key])} ({what})")
+    return obj[key]
+
+
+def _found(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), type(value).__name__)
 
 
 def _check_squad(data: Any) -> None:
@@ -81,11 +86,11 @@ def _check_squad(data: Any) -> None:
                 if not impossible and not answers:
                     raise _Wrong((*q_path, "answers"), "an answerable question needs at least one answer")
                 for n, answer in enumerate(answers):
-                    a_path: JsonPath = (*q_path, "answers", n)
-                    _need(answer, dict, a_path, "an answer")
-                    text = _field(answer, "text", str, a_path, "the answer's text")
+                    n_path: JsonPath = (*q_path, "answers", n)
+                    _need(answer, dict, n_path, "an answer")
+                    text = _field(answer, "text", str, n_path, "the answer's text")
                     if not impossible:
-                        _answerable(text, context, (*a_path, "text"))
+                        _answerable(text, context, (*n_path, "text"))
 
 
 def _answerable(text: str, context: str | None, path: JsonPath) -> None:

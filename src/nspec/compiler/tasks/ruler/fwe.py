@@ -75,8 +75,8 @@ ASKED = 3  # the words the model names: the ranks after the noise word
 
 def asked_from(alpha: float) -> int:
     """The smallest ``num_words`` at which every word asked for occurs (the last, of rank ``ASKED + 1``, once)."""
-    z, weight = zeta(alpha), float(ASKED + 1) ** -alpha
-    size = max(1, math.ceil(z / weight))
+    z, weight = zeta(alpha), (ASKED + 1.0) ** -alpha
+    size: int = max(1, math.ceil(z / weight))
     while int(size * weight / z) < 1:  # the float rounding of RULER's counts
         size += 1
     return size
