@@ -230,7 +230,7 @@ def test_a_number_of_5000_digits_in_the_spec_itself_is_refused_where_it_stands(c
             json.dumps(squad(answer="Bo"), indent=1),
             task_spec("{name: ruler, params: {task: qa_1, squad: squad.json}}"),
             "spec.yaml:3:49: task.params.squad: squad.json:",
-            "text: an answer its paragraph does not hold: no reply drawn from the documents could pass",
+            "data[0].paragraphs[0].qas[0].answers: no answer its paragraph holds (SQuAD's answers are spans of it)",
         ),
         (
             "rows.jsonl",

@@ -81,22 +81,20 @@ class Source:
         finally:
             view.release()
         deep = _too_deep(value)
-        if deep is not None:
-            error = self.error(start, deep, TOO_DEEP)
-            raise DataError(self.name, error.line, error.column, dotted(deep[:4]) + "...", TOO_DEEP)
+        if deep is not None:  # named by its first steps: the whole path is as long as the nesting
+            where = self.position(_find(self.data, start, deep))
+            raise DataError(self.name, *where, dotted(deep[:4]) + "...", TOO_DEEP)
         return value
 
 
 @dataclass(frozen=True)
 class Record:
-    """One record of a data file: a line of JSON Lines, an element of a JSON list, or a whole document. ``number``
-    counts the file's records from 1."""
+    """One record of a data file: a line of JSON Lines, an element of a JSON list, or a whole document."""
 
     source: Source
     start: int  # the byte where the document holding it starts
     at: JsonPath  # where it is in that document
     value: Any
-    number: int
 
     @property
     def line(self) -> int:
@@ -125,34 +123,37 @@ class Record:
 
 def decode(source: Source) -> Record:
     """The file as one JSON document."""
-    start = len(BOM) if source.data.startswith(BOM) else 0
-    return Record(source, start, (), source.document(start), 1)
+    start = _first(source)
+    return Record(source, start, (), source.document(start))
 
 
 def lines(source: Source, record_limit: int) -> Iterator[Record]:
     """The file as JSON Lines: a record per line that is not blank, each no longer than ``record_limit`` bytes."""
-    data, start, number = source.data, len(BOM) if source.data.startswith(BOM) else 0, 0
+    data, start = source.data, _first(source)
     while start < len(data):
         end = data.find(b"\n", start)
         end = len(data) if end < 0 else end
         if end - start > record_limit:
             raise source.error(start, (), f"a line of {end - start:,} bytes: nspec reads records of {record_limit:,}")
         if not _BLANK.fullmatch(data, start, end):
-            number += 1
-            yield Record(source, start, (), source.document(start, end), number)
+            yield Record(source, start, (), source.document(start, end))
         start = end + 1
 
 
 def records(source: Source, record_limit: int) -> Iterator[Record]:
     """The file's records: the elements of one JSON list (a file whose first character other than white space is
     ``[``), else its lines (`lines`)."""
-    head = _BLANK.match(source.data, len(BOM) if source.data.startswith(BOM) else 0)
-    if not source.data.startswith(b"[", head.end() if head else 0):
+    if _LIST.match(source.data, _first(source)) is None:
         yield from lines(source, record_limit)
         return
     whole = decode(source)
     for i, value in enumerate(whole.value):
-        yield Record(source, whole.start, (i,), value, i + 1)
+        yield Record(source, whole.start, (i,), value)
+
+
+def _first(source: Source) -> int:
+    """Where the file's JSON starts: after a byte order mark, if it has one."""
+    return len(BOM) if source.data.startswith(BOM) else 0
 
 
 def _said(message: str) -> str:
@@ -186,6 +187,7 @@ def _too_deep(value: Any) -> JsonPath | None:
 # -- where a value is: only to say so --------------------------------------------------------------------------
 
 _BLANK = re.compile(rb"[ \t\r\n]*")
+_LIST = re.compile(rb"[ \t\r\n]*\[")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SCALAR = re.compile(rb"[^ \t\r\n,:\[\]{}\"]+")
 

@@ -243,6 +243,7 @@ def engine(name: str, slots: int = 1) -> Engine:
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 _GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _GGUF_TOKENS = b"tokenizer.ggml.tokens"
+MAX_GGUF_KEYS = 1 << 16  # a model's header holds a few dozen
 
 
 class _Header:
@@ -273,6 +274,7 @@ class _Header:
 
     def strings(self, count: int) -> Iterator[int]:
         """The byte lengths of ``count`` strings, each skipped."""
+        self._within(8 * count)  # a string is its 8-byte length and its bytes
         for _ in range(count):
             size = self.number(8)
             self.skip(size)
@@ -307,7 +309,10 @@ def longest_token(path: Path) -> int:
         if fh.read(4) != b"GGUF":
             raise header.bad("it does not start with GGUF")
         header.skip(4 + 8)  # the version, the count of tensors
-        for _ in range(header.number(8)):
+        keys = header.number(8)
+        if keys > MAX_GGUF_KEYS:
+            raise header.bad(f"{keys:,} keys in its header")
+        for _ in range(keys):
             key = header.read(header.number(8))
             kind = header.number(4)
             if key == _GGUF_TOKENS and kind == _GGUF_ARRAY:

@@ -4,7 +4,8 @@ as ``squad.json`` and ``hotpotqa.json``, RULER's names.
 
 The whole file is read (through `nspec.inputs`, so only a regular file, never more than `LIMIT` bytes), decoded as
 untrusted (`compiler.json_input`) and checked for what RULER reads of it — and for questions no answer could fail or
-pass: one with no paragraphs, an empty answer (every reply holds it), a SQuAD answer its paragraph does not hold. The
+pass: one with no paragraphs, an empty answer (every reply holds it), a SQuAD question none of whose answers its
+paragraph holds. The
 compiler gets the parsed rows as a `Corpus`. Every refusal is a `DatasetError` (exit 2) that names the file, and
 where the file is there but wrong, the line and column of the first thing wrong.
 """
@@ -85,21 +86,25 @@ def _check_squad(data: Any) -> None:
                 answers = _field(qa, "answers", list, q_path, "the answers")
                 if not impossible and not answers:
                     raise _Wrong((*q_path, "answers"), "an answerable question needs at least one answer")
+                texts = []
                 for n, answer in enumerate(answers):
                     n_path: JsonPath = (*q_path, "answers", n)
                     _need(answer, dict, n_path, "an answer")
-                    text = _field(answer, "text", str, n_path, "the answer's text")
+                    texts.append(_field(answer, "text", str, n_path, "the answer's text"))
                     if not impossible:
-                        _answerable(text, context, (*n_path, "text"))
+                        _not_empty(texts[-1], (*n_path, "text"))
+                if not impossible and not any(text in context for text in texts):
+                    raise _Wrong(
+                        (*q_path, "answers"),
+                        "no answer its paragraph holds (SQuAD's answers are spans of it): no reply drawn from the "
+                        "documents could pass",
+                    )
 
 
-def _answerable(text: str, context: str | None, path: JsonPath) -> None:
-    """Refuse an answer no reply could fail (empty: every reply holds it) or, where its paragraph is given (SQuAD's
-    answers are spans of it), one the paragraph does not hold."""
+def _not_empty(text: str, path: JsonPath) -> None:
+    """Refuse an empty answer: every reply holds it, so no reply could fail its question."""
     if not text.strip():
         raise _Wrong(path, "an empty answer: every reply holds it, so no reply could fail the question")
-    if context is not None and text not in context:
-        raise _Wrong(path, "an answer its paragraph does not hold: no reply drawn from the documents could pass")
 
 
 def _check_hotpotqa(data: Any) -> None:
@@ -107,7 +112,7 @@ def _check_hotpotqa(data: Any) -> None:
     for i, item in enumerate(data):
         _need(item, dict, (i,), "a question")
         _field(item, "question", str, (i,), "the question")
-        _answerable(_field(item, "answer", str, (i,), "its answer"), None, (i, "answer"))
+        _not_empty(_field(item, "answer", str, (i,), "its answer"), (i, "answer"))
         paragraphs = _field(item, "context", list, (i,), "its paragraphs, [title, sentences] each")
         if not paragraphs:
             raise _Wrong((i, "context"), "a question without paragraphs: no document would hold its answer")
