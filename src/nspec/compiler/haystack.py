@@ -311,7 +311,7 @@ def _records(path: str, name: str, inputs: _Inputs, confinement: Confinement | N
     try:
         out = list(records(source, MAX_RECORD_BYTES))
     except DataError as exc:
-        raise SpecError([SpecIssue(Location(path, exc.line, exc.column), exc.field, exc.reason)]) from None
+        raise SpecError([SpecIssue(Location(path, exc.line, exc.column or 1), exc.field, exc.reason)]) from None
     for record in out:
         if not isinstance(record.value, dict):
             raise _line_error(record, "each record must be a JSON object")

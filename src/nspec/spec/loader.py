@@ -114,7 +114,7 @@ def load_counts(spec_file: str) -> CountsFile | None:
     try:
         parsed = decode(Source(path, read_input(path, COUNTS_LIMIT))).value
     except DataError as exc:
-        where = Location(path, exc.line, exc.column)
+        where = Location(path, exc.line, exc.column or 1)
         raise SpecError([SpecIssue(where, exc.field, f"{exc.reason}: rerun nspec calibrate")]) from None
     errors = sorted(_counts_validator().iter_errors(parsed), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
