@@ -24,8 +24,9 @@ from nspec.compiler.tokenizers import floor_count
 from nspec.errors import CompileError, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, glob_files
 from nspec.spec.schema import params_issues
+from nspec.spec.scoring import scoring_issues
 from nspec.spec.yamlsource import Path, SourceMap, format_path
-from nspec.templates import TemplateError, placeholders, regex_error
+from nspec.templates import TemplateError, placeholders
 
 PROMPT_FIELDS = ("system", "user", "question_message", "prefill")
 # What only a family that fills a haystack reads.
@@ -607,20 +608,10 @@ class _Checker:
                 ("scoring", judges[0]),
                 "the `judge` entry must come last: it grades what the scorers above it leave undecided",
             )
+        self.issues += scoring_issues(self.data, self.source)
         for i, scorer in enumerate(scoring):
             if not isinstance(scorer, dict):
                 continue
-            for kind in ("contains", "exact", "all_of"):
-                value = scorer.get(kind)
-                if isinstance(value, dict):
-                    self.template(("scoring", i, kind, "value"), value.get("value"), {"answer"}, f"`{kind}`")
-                else:
-                    self.template(("scoring", i, kind), value, {"answer"}, f"`{kind}`")
-            regex = scorer.get("regex")
-            pattern = regex.get("pattern") if isinstance(regex, dict) else regex
-            if isinstance(pattern, str) and regex_error(pattern):
-                where = ("scoring", i, "regex", "pattern") if isinstance(regex, dict) else ("scoring", i, "regex")
-                self.error(where, str(regex_error(pattern)))
             judge = scorer.get("judge")
             if isinstance(judge, dict):
                 self.judge(("scoring", i, "judge"), judge)
