@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nspec import scorers
 from nspec.compiler import provider_registry
 from nspec.compiler.tasks import registry
 
@@ -18,6 +19,8 @@ def reload_plugins() -> None:
     """Every registry reads its entry points again."""
     provider_registry.PROVIDERS.reload()
     registry.FAMILIES.reload()
+    scorers.SCORERS.reload()
+    scorers.METRICS.reload()
 
 
 def install(
