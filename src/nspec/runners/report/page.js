@@ -45,9 +45,9 @@
     return true;
   }
 
-  // A length as the page writes it everywhere: a multiple of 1,024 in K (4096 is 4K), any other in full.
+  // A length as the page writes it everywhere (notation.py): binary thousands in K (4096 is 4K), any other in full.
   function length(tokens) {
-    return tokens % 1024 === 0 ? tokens / 1024 + "K" : tokens.toLocaleString("en-US");
+    return tokens % 1024 === 0 && tokens % 1000 !== 0 ? tokens / 1024 + "K" : tokens.toLocaleString("en-US");
   }
 
   // Where the cell stands on the family's axes: its depth and where its needle was placed, or each axis's value.
