@@ -181,10 +181,10 @@ def _scorer_problem(name: str, loaded: Any) -> str | None:
         return f"declares the metric {metric!r}, which is not installed: the installed metrics are " + ", ".join(
             METRICS.names()
         )
-    return schema_problem(getattr(loaded, "options_schema", None))
+    return _schema_problem(getattr(loaded, "options_schema", None))
 
 
-def schema_problem(schema: Any) -> str | None:
+def _schema_problem(schema: Any) -> str | None:
     """Why ``schema`` cannot be an extension's options schema (None when it can): not a JSON Schema (draft
     2020-12), or not self-contained."""
     if not isinstance(schema, Mapping):
@@ -209,12 +209,8 @@ METRICS: Registry[Metric] = Registry("nspec.metrics", "metric", "metrics", _metr
 SCORERS: Registry[Scorer] = Registry("nspec.scorers", "scorer", "scorers", _scorer_problem)
 
 
-def scoring_entries(scoring: Iterable[Mapping[str, Any]]) -> list[tuple[str, Any]]:
-    """The (kind, options) of each entry of a well-formed `scoring` list, judges included."""
-    return [next(iter(entry.items())) for entry in scoring]
-
-
 def metric_of(scoring: Iterable[Mapping[str, Any]]) -> Metric:
-    """The metric a run's scores aggregate by: its first scorer's (judges aside); judges alone score 1 or 0."""
-    kinds = [kind for kind, _ in scoring_entries(scoring) if kind != JUDGE]
+    """The metric a well-formed scoring list's scores aggregate by: its first scorer's (judges aside); judges alone
+    score 1 or 0."""
+    kinds = [kind for entry in scoring for kind in entry if kind != JUDGE]
     return METRICS.get(SCORERS.get(kinds[0]).metric if kinds else JUDGED_METRIC)

@@ -23,6 +23,7 @@ from nspec.compiler.provider_registry import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.grading.builtin import RunningMean
+from nspec.runners.grading.grader import DEFAULT_SCORING
 from nspec.runners.report import view as views
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
 from nspec.runners.report.view import View, axis_value, field_value, view_of
@@ -472,7 +473,7 @@ def collect(runs: list[Run], export: CellExport | None = None) -> ReportData:
     """The report's numbers for ``runs`` (several are compared), streamed; ``export`` sees every cell as it passes.
     The first run's family and scoring say what its cells are and what their scores aggregate by."""
     names: list[str | None] = list(run_labels(runs)) if len(runs) > 1 else [None]
-    folded = Aggregates(view_of(runs[0]), metric_of(runs[0].spec.get("scoring") or ()))
+    folded = Aggregates(view_of(runs[0]), metric_of(runs[0].spec.get("scoring") or DEFAULT_SCORING))
     for run, run_label in zip(runs, names, strict=True):
         prices = Prices(run)
         if len(runs) > 1:
