@@ -34,14 +34,15 @@ pytestmark = pytest.mark.usefixtures("families")
 
 def scored(cli, spec_file, tmp_path: Path, view: dict | None) -> Path:
     """The counting family's run, every answer right but the second trial's at 1,500 tokens, scored; with ``view``
-    written into its manifest as the compiler writes it."""
+    written into its manifest as the compiler writes it (None: none, as a run compiled before manifests held it)."""
     result = cli("compile", spec_file(SPEC), "-o", str(tmp_path / "out"))
     assert result.code == 0, result.err
     run = Path(result.out.strip().splitlines()[-1])
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["task"].pop("view", None)
     if view is not None:
-        manifest = json.loads((run / "manifest.json").read_text())
         manifest["task"]["view"] = view
-        (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "manifest.json").write_text(json.dumps(manifest))
     cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
     results = [
         {
@@ -140,3 +141,24 @@ def test_every_length_on_the_page_is_written_one_way(cli, spec_file, tmp_path):
 )
 def test_the_notation(value, lengths, written):
     assert notation.effective(value, lengths) == written
+
+
+def test_a_needle_run_compiled_before_the_view_is_shown_as_its_declared_view_shows_it(spec_file, tmp_path):
+    """A run whose manifest has no view is shown by its family's axes (here the needle family's depth), as the view
+    the compiler declares for it shows it."""
+    from tests.test_audit import scored_run
+
+    older, _ = scored_run(spec_file, tmp_path / "older")
+    newer, _ = scored_run(spec_file, tmp_path / "newer")
+    manifest = json.loads((older / "manifest.json").read_text())
+    manifest.pop("task", None)  # as compiled before manifests held a task for every spec
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    manifest = json.loads((newer / "manifest.json").read_text())
+    axes = [{"key": "depth", "label": "Depth (%)"}]
+    manifest["task"] = {"name": "needle", "version": "1", "params": {}, "axes": ["depth"], "view": {"axes": axes}}
+    (newer / "manifest.json").write_text(json.dumps(manifest))
+    pages = [outside_scripts(build_report([Run(run)]).read_text()) for run in (older, newer)]
+    assert pages[0] == pages[1].replace(str(newer), str(older))
+    assert "Every depth passes up to" in pages[0] and 'name="axis-depth"' in pages[0]
+    cells = [json.loads(next((run / "report" / "cells").iterdir()).read_text()) for run in (older, newer)]
+    assert cells[0] == cells[1] and cells[0][0]["axes"].keys() <= {"depth"} and "depth_actual" in cells[0][0]
