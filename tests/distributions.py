@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nspec import scorers
 from nspec.compiler.providers import registry as providers
 from nspec.compiler.tasks import registry as families
 
@@ -18,6 +19,8 @@ def reload_plugins() -> None:
     """Every registry reads its entry points again."""
     providers.PROVIDERS.reload()
     families.FAMILIES.reload()
+    scorers.SCORERS.reload()
+    scorers.METRICS.reload()
 
 
 def install(

@@ -12,7 +12,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from nspec import grade
-from nspec.runners.grading.grader import UNMEASURED, GradeInput, cascade
+from nspec.runners.grading.cascade import UNMEASURED, cascade
+from nspec.scorers import GradeInput
 
 HERE = Path(__file__).parent
 REAL = HERE / "data" / "grading" / "answers.jsonl"

@@ -26,6 +26,7 @@ from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
 from nspec.runners.grading import ruler
+from nspec.runners.report import headline
 from tests.conftest import SPECS
 
 TASKS = list(ruler.TASKS)
@@ -280,7 +281,7 @@ def test_a_task_runs_end_to_end_and_reports_ruler_s_table(folder, cli, tmp_path,
     for n, tasks in table.items():
         assert reported["lengths"][str(n)]["tasks"] == pytest.approx(tasks, abs=0.01)
     averages = {n: sum(t.values()) / len(t) for n, t in table.items()}
-    assert reported["effective_length"] == ruler.effective_length(averages)
+    assert reported["effective_length"] == headline.longest_at(averages, 85.6)
     assert (run / "report" / "ruler.md").read_text().startswith("|Model|Effective Length|2K|4K|Avg.|")
     page = (run / "report" / "index.html").read_text()
     assert "by task: effective length" in page and "RULER's: the longest length" in page

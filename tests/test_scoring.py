@@ -5,8 +5,11 @@ import pytest
 
 import nspec
 from nspec.errors import UserError
-from nspec.runners.grading.grader import GradeInput, cascade, grade, normalize
+from nspec.runners.grading.cascade import cascade
+from nspec.runners.grading.grader import grade
 from nspec.runners.grading.scoring import score_cell
+from nspec.runners.grading.text import normalize
+from nspec.scorers import GradeInput
 
 NOT_FOUND = ["UNANSWERABLE", "not found"]
 

@@ -571,13 +571,13 @@ def report(
     ],
     out: Annotated[str | None, typer.Option("-o", "--out", help="Folder (default: the first run's report/).")] = None,
 ) -> None:
-    """Build the report: index.html (works offline), one PNG per chart, summary.csv; for RULER's tasks, RULER's table
-    (printed, and kept as ruler.md and ruler.json)."""
+    """Build the report: index.html (works offline), one PNG per chart, summary.csv; for a family with a headline
+    table (RULER's results table), the table (printed, and kept as <name>.md and <name>.json)."""
     from nspec.runners import pipeline
+    from nspec.runners.report import headline_tables
 
     page = pipeline.report(list(runs), out)
-    table = page.parent / "ruler.md"
-    if table.exists():
+    for table in headline_tables(page.parent):
         _stdout().print(table.read_text(encoding="utf-8"), markup=False)
     _stdout().print(str(page), markup=False)
 
@@ -1054,9 +1054,32 @@ def providers_command(
 
 
 @app.command()
-def schema() -> None:
-    """Print the path of the spec JSON Schema, for editors (# yaml-language-server: $schema=PATH)."""
-    _stdout().print(str(schema_path()), markup=False)
+def schema(
+    show: Annotated[
+        bool, typer.Option("--print", help="Print the schema, with the options of every installed scorer.")
+    ] = False,
+    write: Annotated[
+        str | None, typer.Option("--write", metavar="FILE", help="Write the schema of --print to FILE.")
+    ] = None,
+) -> None:
+    """Print the path of the spec JSON Schema, for editors (# yaml-language-server: $schema=PATH). It lists nspec's
+    own scorers; --print or --write FILE give it with every installed scorer's options, plugins' too (nspec's
+    spec.v1.json is written so, in an environment with no scorer plugin)."""
+    if not show and write is None:
+        _stdout().print(str(schema_path()), markup=False)
+        return
+    from nspec.scorers import SCORERS
+    from nspec.spec.schema import editor_schema, schema_text
+
+    text = schema_text(editor_schema(SCORERS.all()))
+    if write is not None:
+        try:
+            with open(write, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UserError(f"cannot write {write}: {exc.strerror or exc}") from None
+    if show:
+        sys.stdout.write(text)
 
 
 def _print_issues(console: Console, issues: list[SpecIssue], label: str = "") -> None:

@@ -30,8 +30,8 @@ from nspec.compiler.judge_prompts import DEFAULT_PRESET, PRESETS, Graded, JudgeP
 from nspec.compiler.models import Model, models_of
 from nspec.compiler.run_writer import ShardWriter, effective_mode, judge_budget
 from nspec.prompt import Prompt
-from nspec.runners.grading.grader import needle_text
 from nspec.runners.run_store import Run, shard_lines
+from nspec.scorers import needle_text
 
 STAGE = "judge"
 _REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|can't|cannot|unable|won't)\b", re.IGNORECASE)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nspec.runners.report import notation
 from nspec.runners.report.data import JUDGED_WRONG, NEGATIVE_REASONS, ReportData, slug
 
 RAMP = ["#F0496E", "#EBB839", "#0CD79F"]
@@ -37,16 +38,12 @@ def _legend(title: str | None = None) -> Any:
     return alt.Legend(title=title, orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1)
 
 
-# 1,000 ... 9,999 in full; from 10,000 in thousands: 16k, 128k, 1000k.
-LENGTH_LABEL = "datum.value >= 10000 ? format(datum.value / 1000, '.0f') + 'k' : format(datum.value, ',')"
-
-
 def _length_axis(lengths: list[int]) -> Any:
-    """Ticks at the grid's lengths, thinned by Vega where two labels would touch."""
+    """Ticks at the grid's lengths, written as the page writes lengths, thinned by Vega where two would touch."""
     import altair as alt
 
     return alt.Axis(
-        values=sorted(set(lengths)), labelExpr=LENGTH_LABEL, labelOverlap="greedy", labelSeparation=6, grid=False
+        values=sorted(set(lengths)), labelExpr=notation.VEGA, labelOverlap="greedy", labelSeparation=6, grid=False
     )
 
 
@@ -56,7 +53,12 @@ def heatmap(label: str, rows: list[dict[str, Any]]) -> Any:
     lengths = sorted({r["context_length"] for r in rows})
     depths = sorted({r["depth"] for r in rows})
     base = alt.Chart(alt.InlineData(values=rows), title=f"{label}: pass rate by depth and context length")
-    x = alt.X("context_length:O", title="Context length (tokens)", sort=lengths, axis=alt.Axis(labelAngle=0))
+    x = alt.X(
+        "context_length:O",
+        title="Context length (tokens)",
+        sort=lengths,
+        axis=alt.Axis(labelAngle=0, labelExpr=notation.VEGA),
+    )
     y = alt.Y("depth:O", title="Depth (%)", sort=depths)
     rect = base.mark_rect(cursor="pointer").encode(
         x=x,
@@ -132,7 +134,7 @@ def negatives_chart(label: str, rows: list[dict[str, Any]], reasons: list[dict[s
         title="Context length (tokens)",
         sort=lengths,
         scale=alt.Scale(domain=lengths),
-        axis=alt.Axis(labelAngle=0),
+        axis=alt.Axis(labelAngle=0, labelExpr=notation.VEGA),
     )
     bars = (
         alt.Chart(

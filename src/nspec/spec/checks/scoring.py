@@ -1,4 +1,4 @@
-"""Scoring: one judge entry at the end, the scorers' templates and patterns, and the judges' prompts and panels."""
+"""Scoring: one judge entry, at the end; each scorer's options (`checks.scorers`); the judges' prompts and panels."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.spec.yamlsource import Path
-from nspec.templates import regex_error
 
 from .base import SpecChecker
 from .models import model_settings
+from .scorers import scoring_issues
 
 
 def check_scoring(c: SpecChecker) -> None:
@@ -25,20 +25,10 @@ def check_scoring(c: SpecChecker) -> None:
             ("scoring", judges[0]),
             "the `judge` entry must come last: it grades what the scorers above it leave undecided",
         )
+    c.issues += scoring_issues(c.data, c.source)
     for i, scorer in enumerate(scoring):
         if not isinstance(scorer, dict):
             continue
-        for kind in ("contains", "exact", "all_of"):
-            value = scorer.get(kind)
-            if isinstance(value, dict):
-                c.template(("scoring", i, kind, "value"), value.get("value"), {"answer"}, f"`{kind}`")
-            else:
-                c.template(("scoring", i, kind), value, {"answer"}, f"`{kind}`")
-        regex = scorer.get("regex")
-        pattern = regex.get("pattern") if isinstance(regex, dict) else regex
-        if isinstance(pattern, str) and regex_error(pattern):
-            where = ("scoring", i, "regex", "pattern") if isinstance(regex, dict) else ("scoring", i, "regex")
-            c.error(where, str(regex_error(pattern)))
         judge = scorer.get("judge")
         if isinstance(judge, dict):
             _judge(c, ("scoring", i, "judge"), judge)

@@ -1,0 +1,324 @@
+"""The default cascade `auto`, the scorer nspec grades free-text answers with when a spec names none: it decides what a
+careful judge would decide the same way and leaves the rest undecided for the judges (docs/scoring.md has each rule
+and its measured precision); and `share_given`, the share of several expected answers an answer gives as the cascade
+reads it (RULER's partial credit, `needles_found`)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from nspec.scorers import GradeInput, Verdict
+
+from . import freetext
+from .builtin import BuiltIn, true_or
+from .text import NOT_FOUND, normalize
+
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+
+# Each rule decides only where its precision, measured on real model answers labelled by hand
+# (tests/data/grading/answers.jsonl, `python bench/grading.py`), is at least 99%; elsewhere it says "undecided" and
+# the judges decide. A fail needs positive evidence: a refusal, a "not found" where the needle is there, a
+# conflicting value of the expected kind (another number, uuid or name), or the opposite yes/no. That an answer's
+# words differ from the needle's is never evidence: a correct paraphrase looks just like that.
+
+
+def _plain(text: str) -> str:
+    return " ".join(_ARTICLES.sub(" ", normalize(text, {"punctuation": True})).split())
+
+
+# Rules that have decided no labelled real answer yet (tests/data/grading/answers.jsonl): their precision is not
+# known, so what they find is said but not decided, and the judges decide. tests/test_grading_accuracy.py fails when
+# the set gives one of them answers to decide (measure it, then take it out) or a rule outside it has none.
+UNMEASURED = frozenset({"refusal", "not-found", "multi-value"})
+
+
+def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """The default cascade for free-text answers: decide what a careful judge would decide the same way, and say
+    "undecided" otherwise. See docs/scoring.md for each rule and its measured precision."""
+    verdict = cascade(answer, inp)
+    if verdict.verdict != "undecided" and verdict.rule in UNMEASURED:
+        reason = f"{verdict.reason} (a rule not yet measured on real answers: the judges decide)"
+        return Verdict("undecided", verdict.scorer, reason, None, verdict.rule)
+    return verdict
+
+
+def cascade(answer: str, inp: GradeInput) -> Verdict:
+    """The cascade's own verdict, before the rules not yet measured are held back (`UNMEASURED`)."""
+    accepted, question, needle = inp.accepted, inp.question, inp.needle
+    reading = freetext.read(answer, needle)
+    if not freetext.words(answer):
+        return _fail("empty", "the answer is empty")
+    plain = _plain(answer)
+    if any(len(a) == 1 and plain == _plain(a[0]) for a in accepted):
+        return _pass("equals", "equals an accepted answer")
+    asked = set(freetext.content(question)) if question else set()
+    verdicts = [_one_alternative(answer, reading, alt, asked, question, needle) for alt in accepted]
+    passing = [v for v in verdicts if v.verdict == "pass"]
+    if passing:
+        return max(passing, key=lambda v: v.score or 0.0)
+    if all(v.verdict == "fail" for v in verdicts):
+        return max(verdicts, key=lambda v: v.score or 0.0)
+    return next(v for v in verdicts if v.verdict == "undecided")
+
+
+def _pass(rule: str, reason: str) -> Verdict:
+    return Verdict("pass", "auto", reason, 1.0, rule)
+
+
+def _fail(rule: str, reason: str, score: float = 0.0) -> Verdict:
+    return Verdict("fail", "auto", reason, score, rule)
+
+
+def _undecided(rule: str, reason: str) -> Verdict:
+    return Verdict("undecided", "auto", reason, None, rule)
+
+
+def _one_alternative(
+    answer: str,
+    reading: freetext.Reading,
+    values: tuple[str, ...],
+    asked: set[str],
+    question: str | None,
+    needle: str | None,
+) -> Verdict:
+    """The cascade against one accepted answer (one or several values, all needed)."""
+    values = tuple(_spelled_as_in_needle(v, needle) for v in values)
+    denies = any(freetext.says_not_there(v) for v in values)
+    if not denies:
+        if reading.refuses and not any(_given(reading, v, asked) == 1.0 for v in values):
+            return _fail("refusal", "refuses to answer")
+        if reading.opens_not_there(asked):
+            answering = [
+                c
+                for s in reading.sentences[1:]
+                for c in s.clauses
+                if not c.not_there and not c.negated and c.stems - asked
+            ]
+            if answering and any(_given(reading, v, asked) == 1.0 for v in values):
+                return _undecided("not-found", "says the context lacks the answer, then answers")
+            quoted = " (quoting the needle)" if reading.quotes else ""
+            return _fail("not-found", "says the context does not hold the answer" + quoted)
+    if len(values) == 1:
+        polar = _polarity(values[0])
+        if polar is not None:
+            return _polar(reading, polar, asked)
+        if _UUID.fullmatch(values[0].strip()):
+            return _uuid(answer, values[0].strip())
+    shares = [_given(reading, v, asked) for v in values]
+    share = sum(shares) / len(shares)
+    numbers = _numbers_verdict(reading, values, asked, share)
+    if numbers is not None and share < 1.0:
+        return numbers
+    if share == 1.0:
+        return _checked_pass(reading, values, asked, None if needle is None else set(freetext.content(needle)), denies)
+    if len(values) > 1 and all(_atomic(v, asked) for v in values):
+        found = sum(s == 1.0 for s in shares)
+        return _fail("multi-value", f"gives {found} of {len(values)} expected answers", found / len(values))
+    if share == 0.0:
+        names = _other_names(answer, values, question, needle)
+        if names:
+            return _fail("conflicting-value", f"names {', '.join(names[:3])}, not {' / '.join(values)}")
+        return _undecided("no-key-words", "gives none of the expected answer's key words")
+    return _undecided("partial", f"gives {share:.0%} of the expected answer's key words")
+
+
+_TOKEN = re.compile(r"[A-Za-z][\w'-]*")
+
+
+def _spelled_as_in_needle(value: str, needle: str | None) -> str:
+    """An expected answer with its misspelt words spelt as the needle spells them: NIAN expects "Jaun" where its
+    limerick names "Juan". A word the needle lacks becomes the needle word closest to it (same first letter, at least
+    3 letters in 4 alike), if there is one."""
+    if needle is None:
+        return value
+    spelt = {w.casefold(): w for w in _TOKEN.findall(needle)}
+
+    def respell(match: re.Match[str]) -> str:
+        word = match.group()
+        if len(word) < 3 or word.casefold() in spelt or not freetext.content(word):
+            return word
+        close = difflib.get_close_matches(word.casefold(), list(spelt), n=1, cutoff=0.75)
+        return spelt[close[0]] if close and close[0][0] == word[0].casefold() else word
+
+    return _TOKEN.sub(respell, value)
+
+
+def _key(value: str, asked: set[str]) -> list[str]:
+    """The words of an expected answer that carry it: those not already in the question (all, if that leaves none)."""
+    stems = list(dict.fromkeys(freetext.content(value)))
+    return [s for s in stems if s not in asked] or stems
+
+
+def _given(reading: freetext.Reading, value: str, asked: set[str]) -> float:
+    """How much of ``value``'s key the answer gives, outside quotes or in quotes of the needle (unchecked quotes
+    count when there is no needle). All of a short key is needed; most of a long one."""
+    key = _key(value, asked)
+    if not key:
+        return 0.0
+    said = set(reading.stems)
+    for quote in reading.quotes:
+        if quote.grounded is not False:
+            said |= set(freetext.content(quote.text))
+    for clause in reading.clauses:
+        if clause.not_there:  # "the cause is not mentioned": what it names is not given
+            said -= clause.stems - {s for c in reading.clauses if not c.not_there for s in c.stems}
+    if any(freetext.is_number(s) and s not in said for s in key):
+        return min(sum(1 for s in key if s in said) / len(key), 0.5)  # a number is never paraphrased away
+    light = freetext.common_stems()
+    heavy = [s for s in key if s not in light] or key
+    found = sum(1 for s in heavy if s in said)
+    needed = len(heavy) if len(heavy) <= 2 else max(2, -(-3 * len(heavy) // 4))
+    return 1.0 if found >= needed else found / len(heavy)
+
+
+def share_given(answer: str, values: Sequence[str], question: str | None, needle: str | None) -> float:
+    """The share of ``values`` the answer gives (each as the default cascade reads it): RULER's partial credit."""
+    if not values:
+        return 0.0
+    reading = freetext.read(answer, needle)
+    asked = set(freetext.content(question)) if question else set()
+    return round(sum(_given(reading, v, asked) == 1.0 for v in values) / len(values), 4)
+
+
+def _atomic(value: str, asked: set[str]) -> bool:
+    """A value that is a number, or one or two words: it cannot be paraphrased much."""
+    key = _key(value, asked)
+    return len(key) <= 2 or all(freetext.is_number(s) for s in key)
+
+
+def _numbers_verdict(
+    reading: freetext.Reading, values: tuple[str, ...], asked: set[str], share: float
+) -> Verdict | None:
+    """Fail an answer that gives other numbers where the expected answer has them: '47 crates' for 49."""
+    wanted = {s for v in values for s in _key(v, asked) if freetext.is_number(s)}
+    wrong = {s for s in reading.stems if freetext.is_number(s)} - asked - wanted
+    if not wanted or not wrong:
+        return None
+    if reading.hedged_near(wanted | wrong):
+        return _undecided("conflicting-value", "hedges between numbers")
+    missing = sorted(wanted - reading.stems)
+    return _fail("conflicting-value", f"gives {', '.join(sorted(wrong)[:3])}, not {', '.join(missing[:3])}", share)
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+_UUID_PART = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{0,4}", re.IGNORECASE)
+
+
+def _uuid(answer: str, value: str) -> Verdict:
+    """A uuid is given as it is or not at all: another uuid in its place is a wrong one."""
+    given = {u.casefold() for u in _UUID.findall(answer)}
+    if value.casefold() in given:
+        if len(given) > 1:
+            return _undecided("conflicting-value", "gives the expected uuid among others")
+        return _pass("uuid", "gives the expected uuid")
+    if given:
+        return _fail("conflicting-value", "gives another uuid")
+    if _UUID_PART.search(answer):  # "45cf9b83-7471-407f-a3a4-": cut off by the token limit, or garbled
+        return _fail("conflicting-value", "gives an incomplete uuid")
+    return _undecided("no-key-words", "gives no uuid")
+
+
+_NAME = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Za-z]+)?\b")
+
+
+def _other_names(answer: str, values: tuple[str, ...], question: str | None, needle: str | None) -> list[str]:
+    """Where every expected value is a name (each of its content words capitalised: "Elena Frost", "Genoa"), the
+    names the answer gives instead: capitalised words that are not in the question, the expected answer or the
+    needle (a name the needle gives may be the one meant: NIAN expects "Jaun" where its limerick says "Juan"), and
+    are not common words."""
+    for value in values:
+        words = [w for w in _TOKEN.findall(value) if freetext.content(w)]
+        if not words or not all(w[0].isupper() for w in words):
+            return []
+    said = " ".join((question or "", needle or "", *values))
+    known = {w.casefold() for w in _TOKEN.findall(said)}
+    light = freetext.common_stems()
+    names = []
+    for match in _NAME.finditer(freetext.clean(answer)):
+        word = match.group().casefold()
+        if word in known or not freetext.content(word) or freetext.stem(word) in light:
+            continue
+        names.append(match.group())
+    return list(dict.fromkeys(names))
+
+
+def _checked_pass(
+    reading: freetext.Reading, values: tuple[str, ...], asked: set[str], needle: set[str] | None, denies: bool
+) -> Verdict:
+    """The answer gives the expected one; pass unless something casts doubt on it."""
+    key = {s for v in values for s in _key(v, asked)}
+    carrying = [c for c in reading.clauses if c.stems & key]
+    if reading.hedged_near(key) or (not carrying and any(c.hedged for c in reading.clauses)):
+        return _undecided("key-words", "hedges")
+    if not denies and any(c.negated for c in carrying) != any(freetext.negated(v) for v in values):
+        return _undecided("key-words", "differs from the expected answer in negation")  # "He paid" / "He did not pay"
+    if reading.ungrounded_quotes:
+        return _undecided("key-words", "quotes text that is not in the needle")
+    if any(freetext.is_number(s) for s in reading.stems - key - asked - (needle or set())):
+        return _undecided("key-words", "gives other numbers too")  # "17:00" for "Day 17"
+    if needle is not None:
+        foreign = reading.stems - needle - asked - key
+        if len(foreign) >= 6 and len(foreign) > len(reading.stems & needle):
+            return _undecided("key-words", "says much that is not in the needle")
+    return _pass("key-words", "gives the expected answer")
+
+
+def _polarity(value: str) -> str | None:
+    """'yes' or 'no' when an expected answer is one, however it continues ("No, he flouts them")."""
+    first = " ".join(value.casefold().split())
+    if freetext.YES.match(first):
+        return "yes"
+    if freetext.NO.match(first):
+        return "no"
+    return None
+
+
+def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
+    stance = reading.stance() or _restated(reading, asked)
+    if stance is None:
+        return _undecided("polar", "does not open with yes or no")
+    if any(c.not_there for c in reading.clauses):  # "No, the text does not say": a "not found", not an answer
+        return _undecided("polar", f"answers {stance}, but says the text lacks something")
+    if stance != polar:
+        return _fail("polar", f"answers {stance} where the answer is {polar}")
+    if any(c.hedged for c in reading.clauses):
+        return _undecided("polar", "hedges")
+    return _pass("polar", f"answers {polar}")
+
+
+def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
+    """The stance of an answer that opens by restating the question as a statement, adding at most two words: "Mr.
+    Thistle does not follow our rules." is a no, "She complained when the door squeezed her flat." a yes."""
+    if not asked or not reading.sentences:
+        return None
+    clauses: list[freetext.Clause] = []
+    for sentence in reading.sentences:  # the first sentence, with what follows an abbreviation ("Mr. Thistle")
+        clauses += sentence.clauses
+        if len(sentence.text.split()) > 2:
+            break
+    stems = {s for c in clauses for s in c.stems}
+    if not asked <= stems or len(stems - asked) > 2:  # a restatement, not "…, because she'd never leave Portugal"
+        return None
+    return "no" if any(c.negated for c in clauses) else "yes"
+
+
+AUTO = BuiltIn(
+    "auto",
+    "mean_score",
+    true_or(
+        "The default cascade for free-text answers (what nspec uses when `scoring` is not given): passes an answer "
+        "that gives the expected answer's key words (paraphrases and number words included) and fails one that says "
+        "the context lacks the answer, answers yes for no, gives other numbers, or answers with something that is "
+        "not in the needle; hedged answers, quotes that are not in the needle, and anything in between stay "
+        "undecided for judges. See docs/scoring.md.",
+        not_found={
+            "description": "Phrases that also mean 'not found' (besides the ways models say it, built in), e.g. "
+            "UNANSWERABLE when the prompt asks for it.",
+            **NOT_FOUND,
+        },
+    ),
+    _auto,
+)
