@@ -61,7 +61,24 @@ def cascade(answer: str, inp: GradeInput) -> Verdict:
         return max(passing, key=lambda v: v.score or 0.0)
     if all(v.verdict == "fail" for v in verdicts):
         return max(verdicts, key=lambda v: v.score or 0.0)
+    if not any(freetext.says_not_there(v) for alt in accepted for v in alt):
+        # What the answer does whatever the wording it is held to: refuses, says the answer is not there, or takes
+        # the other side of a yes-or-no question.
+        against = next((v for v in verdicts if v.verdict == "fail" and v.rule in _ANSWER_LEVEL), None)
+        if against is not None:
+            return against
+    if not any(v.rule == "key-words" for v in verdicts) and _cites_other_text(reading, question):
+        return _fail("other-text", "gives none of the expected answer and quotes text that is not the needle's")
     return next(v for v in verdicts if v.verdict == "undecided")
+
+
+def _cites_other_text(reading: freetext.Reading, question: str | None) -> bool:
+    """Whether the answer quotes a passage that is neither the needle nor the question: it answers from another
+    part of the context."""
+    return any(q.foreign and not (question and freetext.in_needle(q.text, question) >= 0.5) for q in reading.quotes)
+
+
+_ANSWER_LEVEL = frozenset({"refusal", "not-found", "polar"})
 
 
 def _pass(rule: str, reason: str) -> Verdict:
@@ -113,7 +130,9 @@ def _one_alternative(
     if numbers is not None and share < 1.0:
         return numbers
     if share == 1.0:
-        return _checked_pass(reading, values, asked, None if needle is None else set(freetext.content(needle)), denies)
+        echo = asked if question and freetext.negated(question) else set()
+        needle_stems = None if needle is None else set(freetext.content(needle))
+        return _checked_pass(reading, values, asked, needle_stems, denies, echo)
     if len(values) > 1 and all(_atomic(v, asked) for v in values):
         found = sum(s == 1.0 for s in shares)
         return _fail("multi-value", f"gives {found} of {len(values)} expected answers", found / len(values))
@@ -246,14 +265,21 @@ def _other_names(answer: str, values: tuple[str, ...], question: str | None, nee
 
 
 def _checked_pass(
-    reading: freetext.Reading, values: tuple[str, ...], asked: set[str], needle: set[str] | None, denies: bool
+    reading: freetext.Reading,
+    values: tuple[str, ...],
+    asked: set[str],
+    needle: set[str] | None,
+    denies: bool,
+    echo: set[str],
 ) -> Verdict:
-    """The answer gives the expected one; pass unless something casts doubt on it."""
+    """The answer gives the expected one; pass unless something casts doubt on it. ``echo``: the words of a
+    question that holds a negation ("What does not make sense?"), whose negation an answer may repeat."""
     key = {s for v in values for s in _key(v, asked)}
     carrying = [c for c in reading.clauses if c.stems & key]
     if reading.hedged_near(key) or (not carrying and any(c.hedged for c in reading.clauses)):
         return _undecided("key-words", "hedges")
-    if not denies and any(c.negated for c in carrying) != any(freetext.negated(v) for v in values):
+    negates = any(c.negated and not (c.denied and c.denied <= echo) for c in carrying)
+    if not denies and negates != any(freetext.negated(v) for v in values):
         return _undecided("key-words", "differs from the expected answer in negation")  # "He paid" / "He did not pay"
     if reading.ungrounded_quotes:
         return _undecided("key-words", "quotes text that is not in the needle")
@@ -286,23 +312,28 @@ def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
         return _fail("polar", f"answers {stance} where the answer is {polar}")
     if any(c.hedged for c in reading.clauses):
         return _undecided("polar", "hedges")
+    if reading.ungrounded_quotes:
+        return _undecided("polar", "quotes text that is not in the needle")
     return _pass("polar", f"answers {polar}")
 
 
 def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
-    """The stance of an answer that opens by restating the question as a statement, adding at most two words: "Mr.
-    Thistle does not follow our rules." is a no, "She complained when the door squeezed her flat." a yes."""
+    """The stance of an answer that opens by restating the question as a statement: its opening clauses hold every
+    content word of the question, with at most two others among them. A negation before the last of them makes it
+    a no ("X does not always do Y"); one after it ("she complained, because she would never...") does not."""
     if not asked or not reading.sentences:
         return None
-    clauses: list[freetext.Clause] = []
-    for sentence in reading.sentences:  # the first sentence, with what follows an abbreviation ("Mr. Thistle")
-        clauses += sentence.clauses
-        if len(sentence.text.split()) > 2:
-            break
-    stems = {s for c in clauses for s in c.stems}
-    if not asked <= stems or len(stems - asked) > 2:  # a restatement, not "…, because she'd never leave Portugal"
-        return None
-    return "no" if any(c.negated for c in clauses) else "yes"
+    tokens: list[str] = []
+    for clause in reading.sentences[0].clauses:
+        tokens += freetext.words(clause.text)
+        stems = [freetext.stem(t) for t in tokens]
+        if asked <= set(stems):
+            where = [i for i, s in enumerate(stems) if s in asked]
+            between = set(freetext.content(" ".join(tokens[where[0] : where[-1]]))) - asked
+            if len(between) > 2:  # "X dismisses and flouts them, making it hard to do Y": not a restatement
+                return None
+            return "no" if any(freetext.is_negation(t) for t in tokens[: where[-1]]) else "yes"
+    return None
 
 
 AUTO = BuiltIn(

@@ -1,0 +1,84 @@
+"""Which rules of nspec's grading may decide: those whose precision, measured on labelled real answers, is above
+the target with confidence. Elsewhere a rule says what it found and leaves the verdict to the judges.
+
+`calibration.json` holds, per rule and verdict ("not-found → fail"), how many answers of the calibration sets it
+decided and how many of them agree with their label (`python bench/grading.py --write` measures it again;
+docs/scoring.md has the sets and the table). A rule decides where the lower bound of its precision (Wilson's score
+interval, one-sided, `CONFIDENCE`) is at least `TARGET`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from nspec.scorers import Verdict
+
+TARGET = 0.99  # the precision a rule must be shown to have before it decides
+CONFIDENCE = 0.95  # one-sided, of the lower bound of its measured precision
+_Z = 1.6448536269514722  # the standard normal quantile of CONFIDENCE
+
+
+@dataclass(frozen=True)
+class Tally:
+    """How many answers a rule decided, and how many of them agree with their label."""
+
+    decided: int = 0
+    agree: int = 0
+
+    def add(self, right: bool) -> Tally:
+        return Tally(self.decided + 1, self.agree + right)
+
+    @property
+    def precision(self) -> float:
+        return self.agree / self.decided if self.decided else 0.0
+
+    @property
+    def lower(self) -> float:
+        """The lower bound of its precision (Wilson's score interval at `CONFIDENCE`, one-sided)."""
+        return wilson_lower(self.agree, self.decided)
+
+    @property
+    def upper(self) -> float:
+        return 1.0 - wilson_lower(self.decided - self.agree, self.decided)
+
+
+def wilson_lower(k: int, n: int, z: float = _Z) -> float:
+    """The lower bound of Wilson's score interval for ``k`` successes in ``n``."""
+    if n == 0:
+        return 0.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - spread) / (1 + z * z / n))
+
+
+def key_of(verdict: Verdict) -> str:
+    """The rule and verdict calibration measures a verdict under: "key-words → pass"."""
+    return f"{verdict.rule or verdict.scorer} → {verdict.verdict}"
+
+
+@cache
+def measured() -> dict[str, Tally]:
+    """The committed measurements (calibration.json)."""
+    raw = json.loads(resources.files(__package__).joinpath("calibration.json").read_text(encoding="utf-8"))
+    return {key: Tally(c["decided"], c["agree"]) for key, c in raw["rules"].items()}
+
+
+def decides(verdict: Verdict) -> bool:
+    """Whether a rule's pass or fail stands: its measured precision clears `TARGET` with confidence."""
+    tally = measured().get(key_of(verdict))
+    return tally is not None and tally.lower >= TARGET
+
+
+def held_back(verdict: Verdict) -> Verdict:
+    """A decisive verdict as it stands, or undecided where its rule's precision is not shown to clear `TARGET`."""
+    if verdict.verdict == "undecided" or decides(verdict):
+        return verdict
+    tally = measured().get(key_of(verdict), Tally())
+    shown = f"{tally.agree} of {tally.decided} right" if tally.decided else "not measured"
+    reason = f"{verdict.reason} (would {verdict.verdict}; its rule is {shown} on labelled answers: the judges decide)"
+    return Verdict("undecided", verdict.scorer, reason, None, verdict.rule)
