@@ -4,7 +4,7 @@ the target with confidence. Elsewhere a rule says what it found and leaves the v
 `calibration.json` holds, per rule and verdict ("not-found → fail"), how many answers of the calibration sets it
 decided and how many of them agree with their label (`python bench/grading.py --write` measures it again;
 docs/scoring.md has the sets and the table). A rule decides where the lower bound of its precision (Wilson's score
-interval, one-sided, `CONFIDENCE`) is at least `TARGET`.
+interval, `Z` standard errors below) is at least `TARGET`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from importlib import resources
 from nspec.scorers import Verdict
 
 TARGET = 0.99  # the precision a rule must be shown to have before it decides
-CONFIDENCE = 0.95  # one-sided, of the lower bound of its measured precision
-_Z = 1.6448536269514722  # the standard normal quantile of CONFIDENCE
+Z = 1.0  # the lower bound is one standard error below (one-sided confidence 84%)
+Z95 = 1.6448536269514722  # one-sided 95%, shown beside it
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,16 @@ class Tally:
 
     @property
     def lower(self) -> float:
-        """The lower bound of its precision (Wilson's score interval at `CONFIDENCE`, one-sided)."""
+        """The lower bound of its precision that decides whether it may decide (`Z`)."""
         return wilson_lower(self.agree, self.decided)
 
     @property
-    def upper(self) -> float:
-        return 1.0 - wilson_lower(self.decided - self.agree, self.decided)
+    def lower95(self) -> float:
+        """The lower bound at one-sided 95% confidence."""
+        return wilson_lower(self.agree, self.decided, Z95)
 
 
-def wilson_lower(k: int, n: int, z: float = _Z) -> float:
+def wilson_lower(k: int, n: int, z: float = Z) -> float:
     """The lower bound of Wilson's score interval for ``k`` successes in ``n``."""
     if n == 0:
         return 0.0

@@ -8,45 +8,36 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from nspec.scorers import GradeInput, Verdict
 
-from . import freetext
+from . import calibration, freetext
 from .builtin import BuiltIn, true_or
 from .text import NOT_FOUND, normalize
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 
-# Each rule decides only where its precision, measured on real model answers labelled by hand
-# (tests/data/grading/answers.jsonl, `python bench/grading.py`), is at least 99%; elsewhere it says "undecided" and
-# the judges decide. A fail needs positive evidence: a refusal, a "not found" where the needle is there, a
-# conflicting value of the expected kind (another number, uuid or name), or the opposite yes/no. That an answer's
-# words differ from the needle's is never evidence: a correct paraphrase looks just like that.
+# Each rule decides only where its precision, measured on labelled answers of real models (`calibration`), is shown
+# to clear the target; elsewhere it says "undecided" and the judges decide. A fail needs positive evidence: a refusal,
+# a "not found" where the needle is there, a conflicting value of the expected kind (another number, uuid or name),
+# the opposite yes/no, or a quoted source that is not the needle. That an answer's words differ from the needle's is
+# never evidence: a correct paraphrase looks just like that.
 
 
 def _plain(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", normalize(text, {"punctuation": True})).split())
 
 
-# Rules that have decided no labelled real answer yet (tests/data/grading/answers.jsonl): their precision is not
-# known, so what they find is said but not decided, and the judges decide. tests/test_grading_accuracy.py fails when
-# the set gives one of them answers to decide (measure it, then take it out) or a rule outside it has none.
-UNMEASURED = frozenset({"refusal", "not-found", "multi-value"})
-
-
 def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
     """The default cascade for free-text answers: decide what a careful judge would decide the same way, and say
     "undecided" otherwise. See docs/scoring.md for each rule and its measured precision."""
-    verdict = cascade(answer, inp)
-    if verdict.verdict != "undecided" and verdict.rule in UNMEASURED:
-        reason = f"{verdict.reason} (a rule not yet measured on real answers: the judges decide)"
-        return Verdict("undecided", verdict.scorer, reason, None, verdict.rule)
-    return verdict
+    return calibration.held_back(cascade(answer, inp))
 
 
 def cascade(answer: str, inp: GradeInput) -> Verdict:
-    """The cascade's own verdict, before the rules not yet measured are held back (`UNMEASURED`)."""
+    """The cascade's own verdict: what its rules find, before those not shown precise enough are held back."""
     accepted, question, needle = inp.accepted, inp.question, inp.needle
     reading = freetext.read(answer, needle)
     if not freetext.words(answer):
@@ -54,7 +45,7 @@ def cascade(answer: str, inp: GradeInput) -> Verdict:
     plain = _plain(answer)
     if any(len(a) == 1 and plain == _plain(a[0]) for a in accepted):
         return _pass("equals", "equals an accepted answer")
-    asked = set(freetext.content(question)) if question else set()
+    asked = freetext.stems_of(question)
     verdicts = [_one_alternative(answer, reading, alt, asked, question, needle) for alt in accepted]
     passing = [v for v in verdicts if v.verdict == "pass"]
     if passing:
@@ -97,7 +88,7 @@ def _one_alternative(
     answer: str,
     reading: freetext.Reading,
     values: tuple[str, ...],
-    asked: set[str],
+    asked: frozenset[str],
     question: str | None,
     needle: str | None,
 ) -> Verdict:
@@ -130,8 +121,8 @@ def _one_alternative(
     if numbers is not None and share < 1.0:
         return numbers
     if share == 1.0:
-        echo = asked if question and freetext.negated(question) else set()
-        needle_stems = None if needle is None else set(freetext.content(needle))
+        echo = asked if question and freetext.negated(question) else frozenset()
+        needle_stems = None if needle is None else freetext.stems_of(needle)
         return _checked_pass(reading, values, asked, needle_stems, denies, echo)
     if len(values) > 1 and all(_atomic(v, asked) for v in values):
         found = sum(s == 1.0 for s in shares)
@@ -147,9 +138,10 @@ def _one_alternative(
 _TOKEN = re.compile(r"[A-Za-z][\w'-]*")
 
 
+@lru_cache(maxsize=4096)
 def _spelled_as_in_needle(value: str, needle: str | None) -> str:
-    """An expected answer with its misspelt words spelt as the needle spells them: NIAN expects "Jaun" where its
-    limerick names "Juan". A word the needle lacks becomes the needle word closest to it (same first letter, at least
+    """An expected answer with its misspelt words spelt as the needle spells them: an expected "Jonh" where the
+    needle names "John". A word the needle lacks becomes the needle word closest to it (same first letter, at least
     3 letters in 4 alike), if there is one."""
     if needle is None:
         return value
@@ -165,13 +157,14 @@ def _spelled_as_in_needle(value: str, needle: str | None) -> str:
     return _TOKEN.sub(respell, value)
 
 
-def _key(value: str, asked: set[str]) -> list[str]:
+@lru_cache(maxsize=4096)
+def _key(value: str, asked: frozenset[str]) -> tuple[str, ...]:
     """The words of an expected answer that carry it: those not already in the question (all, if that leaves none)."""
-    stems = list(dict.fromkeys(freetext.content(value)))
-    return [s for s in stems if s not in asked] or stems
+    stems = tuple(dict.fromkeys(freetext.content(value)))
+    return tuple(s for s in stems if s not in asked) or stems
 
 
-def _given(reading: freetext.Reading, value: str, asked: set[str]) -> float:
+def _given(reading: freetext.Reading, value: str, asked: frozenset[str]) -> float:
     """How much of ``value``'s key the answer gives, outside quotes or in quotes of the needle (unchecked quotes
     count when there is no needle). All of a short key is needed; most of a long one."""
     key = _key(value, asked)
@@ -198,18 +191,18 @@ def share_given(answer: str, values: Sequence[str], question: str | None, needle
     if not values:
         return 0.0
     reading = freetext.read(answer, needle)
-    asked = set(freetext.content(question)) if question else set()
+    asked = freetext.stems_of(question)
     return round(sum(_given(reading, v, asked) == 1.0 for v in values) / len(values), 4)
 
 
-def _atomic(value: str, asked: set[str]) -> bool:
+def _atomic(value: str, asked: frozenset[str]) -> bool:
     """A value that is a number, or one or two words: it cannot be paraphrased much."""
     key = _key(value, asked)
     return len(key) <= 2 or all(freetext.is_number(s) for s in key)
 
 
 def _numbers_verdict(
-    reading: freetext.Reading, values: tuple[str, ...], asked: set[str], share: float
+    reading: freetext.Reading, values: tuple[str, ...], asked: frozenset[str], share: float
 ) -> Verdict | None:
     """Fail an answer that gives other numbers where the expected answer has them: '47 crates' for 49."""
     wanted = {s for v in values for s in _key(v, asked) if freetext.is_number(s)}
@@ -232,7 +225,7 @@ def _uuid(answer: str, value: str) -> Verdict:
     if value.casefold() in given:
         if len(given) > 1:
             return _undecided("conflicting-value", "gives the expected uuid among others")
-        return _pass("uuid", "gives the expected uuid")
+        return _pass("key-words", "gives the expected uuid")
     if given:
         return _fail("conflicting-value", "gives another uuid")
     if _UUID_PART.search(answer):  # "45cf9b83-7471-407f-a3a4-": cut off by the token limit, or garbled
@@ -267,10 +260,10 @@ def _other_names(answer: str, values: tuple[str, ...], question: str | None, nee
 def _checked_pass(
     reading: freetext.Reading,
     values: tuple[str, ...],
-    asked: set[str],
-    needle: set[str] | None,
+    asked: frozenset[str],
+    needle: frozenset[str] | None,
     denies: bool,
-    echo: set[str],
+    echo: frozenset[str],
 ) -> Verdict:
     """The answer gives the expected one; pass unless something casts doubt on it. ``echo``: the words of a
     question that holds a negation ("What does not make sense?"), whose negation an answer may repeat."""
@@ -278,7 +271,7 @@ def _checked_pass(
     carrying = [c for c in reading.clauses if c.stems & key]
     if reading.hedged_near(key) or (not carrying and any(c.hedged for c in reading.clauses)):
         return _undecided("key-words", "hedges")
-    negates = any(c.negated and not (c.denied and c.denied <= echo) for c in carrying)
+    negates = any(_negates(c, key, echo) for c in carrying)
     if not denies and negates != any(freetext.negated(v) for v in values):
         return _undecided("key-words", "differs from the expected answer in negation")  # "He paid" / "He did not pay"
     if reading.ungrounded_quotes:
@@ -292,6 +285,21 @@ def _checked_pass(
     return _pass("key-words", "gives the expected answer")
 
 
+def _negates(clause: freetext.Clause, key: set[str], echo: frozenset[str]) -> bool:
+    """Whether a clause that gives the answer negates it: a negation before its last key word ("he did not pay";
+    not "vain, because they are not practical"), other than the question's own ("does not make sense", ``echo``)."""
+    if not clause.negated:
+        return False
+    tokens = freetext.words(clause.text)
+    last = max((i for i, t in enumerate(tokens) if freetext.stem(t) in key), default=len(tokens))
+    for i, token in enumerate(tokens[:last]):
+        if freetext.is_negation(token):
+            after = next((freetext.stem(w) for w in tokens[i + 1 :] if freetext.content(w)), None)
+            if after is None or after not in echo:
+                return True
+    return False
+
+
 def _polarity(value: str) -> str | None:
     """'yes' or 'no' when an expected answer is one, however it continues ("No, he flouts them")."""
     first = " ".join(value.casefold().split())
@@ -302,7 +310,7 @@ def _polarity(value: str) -> str | None:
     return None
 
 
-def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
+def _polar(reading: freetext.Reading, polar: str, asked: frozenset[str]) -> Verdict:
     stance = reading.stance() or _restated(reading, asked)
     if stance is None:
         return _undecided("polar", "does not open with yes or no")
@@ -317,7 +325,7 @@ def _polar(reading: freetext.Reading, polar: str, asked: set[str]) -> Verdict:
     return _pass("polar", f"answers {polar}")
 
 
-def _restated(reading: freetext.Reading, asked: set[str]) -> str | None:
+def _restated(reading: freetext.Reading, asked: frozenset[str]) -> str | None:
     """The stance of an answer that opens by restating the question as a statement: its opening clauses hold every
     content word of the question, with at most two others among them. A negation before the last of them makes it
     a no ("X does not always do Y"); one after it ("she complained, because she would never...") does not."""

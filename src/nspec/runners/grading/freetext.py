@@ -11,7 +11,7 @@ import gzip
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 # Function words and the scaffolding of answers about a text ("according to the limerick, ..."): never evidence.
@@ -190,6 +190,12 @@ def content(text: str) -> list[str]:
     return [stem(w) for w in numbers(words(text)) if w not in _STOP and not w.endswith("n't")]
 
 
+@lru_cache(maxsize=4096)
+def stems_of(text: str | None) -> frozenset[str]:
+    """The stems of the content words of a question or needle (none for None), read once for all its answers."""
+    return frozenset(content(text)) if text else frozenset()
+
+
 def is_negation(token: str) -> bool:
     """A word token that negates: not, never, nothing, don't..."""
     return token in _NEGATIONS or token.endswith("n't")
@@ -263,7 +269,7 @@ class Reading:
     def clauses(self) -> list[Clause]:
         return [c for s in self.sentences for c in s.clauses]
 
-    def opens_not_there(self, asked: set[str]) -> bool:
+    def opens_not_there(self, asked: frozenset[str]) -> bool:
         """The answer opens by saying the context lacks the answer: its first clause that says anything beyond the
         question's words ("Unfortunately," and "The text mentions a trout" do not) says so."""
         for clause in self.clauses:
@@ -379,6 +385,7 @@ def negated(text: str) -> bool:
     return bool(set(words(norm)) & _NEGATIONS) or "n't" in norm
 
 
+@lru_cache(maxsize=4096)
 def says_not_there(text: str) -> bool:
     """Whether a text (an expected answer, say) itself states that something is absent."""
     return bool(_NOT_THERE.search(_norm(text)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -64,7 +65,13 @@ def grade(
     values = tuple(str(e) for e in expected)
     given = values if require == "all" else values[:1]
     inp = GradeInput(given, () if require == "all" else values[1:], question, needle, data or {})
-    return decide(Scoring(scoring).verdicts(answer, inp))
+    return decide((_default() if scoring is None else Scoring(scoring)).verdicts(answer, inp))
+
+
+@cache
+def _default() -> Scoring:
+    """The default scoring, checked once."""
+    return Scoring(None)
 
 
 def decide(verdicts: Sequence[Verdict]) -> Verdict:
