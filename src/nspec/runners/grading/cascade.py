@@ -39,6 +39,8 @@ def _auto(answer: str, inp: GradeInput, spec: Any) -> Verdict:
 def cascade(answer: str, inp: GradeInput) -> Verdict:
     """The cascade's own verdict: what its rules find, before those not shown precise enough are held back."""
     accepted, question, needle = inp.accepted, inp.question, inp.needle
+    if len(answer) > freetext.LONGEST:
+        return _undecided("too-long", freetext.TOO_LONG)
     reading = freetext.read(answer, needle)
     if not freetext.words(answer):
         return _fail("empty", "the answer is empty")
@@ -239,7 +241,7 @@ _NAME = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Za-z]+)?\b")
 def _other_names(answer: str, values: tuple[str, ...], question: str | None, needle: str | None) -> list[str]:
     """Where every expected value is a name (each of its content words capitalised: "Elena Frost", "Genoa"), the
     names the answer gives instead: capitalised words that are not in the question, the expected answer or the
-    needle (a name the needle gives may be the one meant: NIAN expects "Jaun" where its limerick says "Juan"), and
+    needle (a name the needle gives may be the one meant, spelt otherwise: "Jonh" expected, "John" in the needle), and
     are not common words."""
     for value in values:
         words = [w for w in _TOKEN.findall(value) if freetext.content(w)]

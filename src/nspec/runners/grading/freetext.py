@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
 
+# Answers longer than this are not read (an answer runs to a few thousand characters; one far longer is a model
+# that did not stop): their verdict is left to the judges.
+LONGEST = 20_000
+TOO_LONG = f"longer than {LONGEST:,} characters: not read"
+
 # Function words and the scaffolding of answers about a text ("according to the limerick, ..."): never evidence.
 _STOP_WORDS = """
 a an the this that these those there here it its it's itself he him his himself she her hers herself they them
@@ -280,9 +285,12 @@ class Reading:
         return False
 
     def hedged_near(self, key: set[str]) -> bool:
-        """Doubt about any of ``key``: a word of doubt in a clause that gives it ("probably 47"), or an alternative
-        offered next to it ("on a tree, or possibly on a wall"); not an "or" elsewhere ("a dirge or lament")."""
-        return any(c.hedged and c.stems & key for c in self.clauses) or any(s.offered & key for s in self.sentences)
+        """Doubt about any of ``key``: a word of doubt in a sentence that gives it ("brass, perhaps"), or an
+        alternative offered next to it ("on a tree or a wall"); not an "or" elsewhere ("a dirge or lament")."""
+        for s in self.sentences:
+            if s.offered & key or (any(c.stems & key for c in s.clauses) and any(c.hedged for c in s.clauses)):
+                return True
+        return False
 
     @property
     def ungrounded_quotes(self) -> list[Quote]:
