@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from nspec.runners.grading import calibration  # noqa: E402
 from nspec.runners.grading.calibration import TARGET, Tally  # noqa: E402
-from tests.grading_sets import CALIBRATION, SETS, Labelled, of, overall, tallies  # noqa: E402
+from tests.grading_sets import CALIBRATION, SETS, Labelled, decided_by_kind, of, overall, tallies  # noqa: E402
 
 STORED = ROOT / "src" / "nspec" / "runners" / "grading" / "calibration.json"
 
@@ -97,10 +97,16 @@ def speed() -> str:
 
 
 def write(found: dict[str, Tally]) -> None:
+    """Store what each rule found on the calibration sets; then, graded by the rules as stored, what the cascade
+    decides of each kind of answer there."""
     rules = {key: {"decided": t.decided, "agree": t.agree} for key, t in sorted(found.items())}
     note = "written by bench/grading.py --write from the calibration sets (tests/grading_sets.py)"
-    STORED.write_text(json.dumps({"note": note, "rules": rules}, indent=1) + "\n", encoding="utf-8")
-    calibration.measured.cache_clear()
+    kinds: dict[str, dict[str, int]] = {}
+    for stage in ("rules", "kinds"):  # the kinds' figures are graded by the rules stored first
+        if stage == "kinds":
+            kinds = decided_by_kind()
+        STORED.write_text(json.dumps({"note": note, "rules": rules, "kinds": kinds}, indent=1) + "\n", "utf-8")
+        calibration.stored.cache_clear()
 
 
 def main() -> None:

@@ -114,3 +114,15 @@ def overall(rows: list[Labelled]) -> Counter:
         if verdict.verdict != "undecided":
             c.update(decided=1, agree=verdict.verdict == row.label)
     return c
+
+
+def decided_by_kind() -> dict[str, dict[str, int]]:
+    """What `nspec plan` estimates the judges' share from: the answers of each kind of the calibration sets and how
+    many the cascade decides (free text: NIAN's calibration half; single facts: the local models' answers to
+    needles that are there)."""
+    kinds = {"free-text": of("nian-calibration"), "single-fact": [r for r in of("local") if not r.negative]}
+    out = {}
+    for kind, rows in kinds.items():
+        c = overall(rows)
+        out[kind] = {"answers": c["answers"], "decided": c["decided"]}
+    return out

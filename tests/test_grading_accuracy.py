@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 from nspec import grade
 from nspec.runners.grading import calibration
 from nspec.runners.grading.calibration import TARGET, Tally, key_of
-from tests.grading_sets import CALIBRATION, DATA, SETS, Labelled, labelled, of, tallies
+from tests.grading_sets import CALIBRATION, DATA, SETS, Labelled, decided_by_kind, labelled, of, tallies
 
 HERE = Path(__file__).parent
 WRITTEN = HERE / "grading" / "labelled.yaml"
@@ -35,8 +35,10 @@ def graded() -> dict[str, list[tuple[Labelled, object]]]:
 
 
 def test_the_stored_calibration_is_what_the_calibration_sets_give():
-    """calibration.json, which grading reads, is measured on the committed sets: `bench/grading.py --write`."""
+    """calibration.json, which grading and `nspec plan` read, is measured on the committed sets: `bench/grading.py
+    --write`."""
     assert tallies(of(*CALIBRATION), calibrated=False) == calibration.measured()
+    assert decided_by_kind() == calibration.stored()["kinds"]
 
 
 def test_a_rule_decides_only_where_its_lower_bound_clears_the_target():
@@ -265,3 +267,21 @@ def test_written_answers_are_not_decided_against_their_labels():
     wrong = sum(label != v for label, v in decided)
     assert len(rows) >= 300 and len(decided) >= 0.55 * len(rows)
     assert wrong <= 0.01 * len(decided), wrong
+
+
+# -- what is left to the judges, in the plan and the report ----------------------------------------------------------
+
+
+def test_plan_expects_the_judges_to_grade_what_the_calibrated_cascade_leaves():
+    from nspec.runners.pipeline import plan_spec
+    from nspec.spec import load_spec
+
+    specs = HERE.parent / "specs"
+    judges = plan_spec(load_spec(str(specs / "needlestack.yaml"))).plan["judges"]
+    share = 1 - calibration.decided_share("free-text")  # questions about stack items: free text
+    for judge in judges:
+        assert judge["bound"] == "at most" and judge["expected"]["share"] == round(share, 4)
+        assert judge["expected"]["requests"] == round(share * judge["requests"])
+        assert judge["expected"]["cost_usd"] < judge["cost_usd"]
+    always = plan_spec(load_spec(str(specs / "kamradt-classic.yaml"))).plan["judges"]
+    assert always and all(j["bound"] == "exact" and "expected" not in j for j in always)  # `when: always`

@@ -12,6 +12,7 @@ from nspec.runners.emulator.config import Faults, JudgeFaults, Responder
 from nspec.runners.grading.judging import Grading, Vote, combine, parse_vote, quorum
 from nspec.runners.report.charts import charts
 from nspec.runners.report.data import collect
+from nspec.runners.report.page import grading_rows
 from nspec.runners.run_store import Run
 from tests.contract import assert_run_valid
 from tests.test_compile import check_typed_dict
@@ -178,6 +179,9 @@ def test_score_10_without_a_threshold_gives_scores_and_their_heatmap(emulator, t
     for label, rows in data.score_heat.items():
         assert rows and all(r["score"] == 10 and r["text"].startswith("10.0 (n=") for r in rows), label
         assert data.model_scores[label] == 10 and data.tallies[label].scored == len(rows)
+    for row in grading_rows(data):  # no scorer: every needle cell went to the judges, controls to their rule
+        assert row["decided"].startswith(f"{sum(s['negative'] for s in scores) // len(data.models)} of")
+        assert row["rules"].startswith("negative.")
     (name, _, chart), *_ = charts(data, ("heatmap",))
     assert name.startswith("heatmap-") and chart.to_dict()["layer"][0]["encoding"]["color"]["field"] == "score"
 

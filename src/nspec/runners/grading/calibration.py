@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from nspec.scorers import Verdict
 
@@ -63,10 +65,35 @@ def key_of(verdict: Verdict) -> str:
 
 
 @cache
+def stored() -> dict[str, Any]:
+    """calibration.json, read once (`stored.cache_clear()` after writing it)."""
+    text = resources.files(__package__).joinpath("calibration.json").read_text(encoding="utf-8")
+    found: dict[str, Any] = json.loads(text)
+    return found
+
+
 def measured() -> dict[str, Tally]:
-    """The committed measurements (calibration.json)."""
-    raw = json.loads(resources.files(__package__).joinpath("calibration.json").read_text(encoding="utf-8"))
-    return {key: Tally(c["decided"], c["agree"]) for key, c in raw["rules"].items()}
+    """The committed measurements (calibration.json): per rule and verdict, what it found on the calibration sets."""
+    return {key: Tally(c["decided"], c["agree"]) for key, c in stored()["rules"].items()}
+
+
+def decided_share(kind: str) -> float:
+    """The share of answers of a kind ("free-text", "single-fact") the default cascade decided on the calibration
+    sets (calibration.json)."""
+    c = stored()["kinds"][kind]
+    return float(c["decided"] / c["answers"])
+
+
+def left_to_judges(cell: Mapping[str, Any]) -> float:
+    """The share of answers like a cell's (a record of cells.jsonl) that the default cascade is expected to leave
+    to the judges, from what it decided on the calibration sets: none of a negative control's (its own rule always
+    decides); of a single-fact needle's (every expected value a number, a uuid or one or two words) and of a
+    free-text answer's (a question about a stack item, as NIAN's, or a longer expected answer), what the cascade left
+    undecided there."""
+    if cell["negative"]:
+        return 0.0
+    single = cell.get("item") is None and all(len(value.split()) <= 2 for value in cell["expected"])
+    return 1.0 - decided_share("single-fact" if single else "free-text")
 
 
 def decides(verdict: Verdict) -> bool:

@@ -83,6 +83,7 @@ class Tally:
     needles_found: RunningMean = field(default_factory=RunningMean)  # multi-needle cells: the share found
     judge_scores: RunningMean = field(default_factory=RunningMean)  # score-10 judges: each cell's mean score
     negative_reasons: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)  # graded cells by the scorer rule that decided them
     cost: float | None = 0.0  # of the answers' tokens; None when the model has no known price
     estimate: float | None = 0.0  # the plan's, at the model's mode (every answer its full budget)
 
@@ -234,6 +235,8 @@ class Aggregates:
         tally.cells += 1
         tally.cost = None if cost is None or tally.cost is None else tally.cost + cost
         tally.estimate = None if estimate is None or tally.estimate is None else tally.estimate + estimate
+        if score["verdict"] != "error":
+            tally.rules[decided_by(score)] += 1
         votes = [v for v in score.get("votes", []) if v.get("vote") in ("pass", "fail")]
         if len(votes) >= 2:
             tally.judged += 1
@@ -242,7 +245,7 @@ class Aggregates:
             tally.judge_scores.add(float(score["judge_score"]))
         if score["verdict"] == SCORED:
             tally.scored += 1
-            self.add_scored(label, cell, float(score["score"]))
+            self.add_scored(label, cell, float(score["score"] or 0.0))  # a scored cell always has its score
             return
         if score["verdict"] not in ("pass", "fail"):
             if score["verdict"] == "error":
@@ -379,6 +382,17 @@ class Aggregates:
         if len(self.verdicts) > 1:
             data.comparisons = _compare(self.verdicts, [n or "" for n in names])
         return data
+
+
+LEFT_BY_SCORERS = "undecided by the scorers"
+
+
+def decided_by(score: ScoreRecord) -> str:
+    """The scorer rule that decided a graded cell ("key-words → pass"), or `LEFT_BY_SCORERS`."""
+    decisive = next((s for s in score.get("scorers", []) if s["verdict"] != "undecided"), None)
+    if decisive is None:
+        return LEFT_BY_SCORERS
+    return f"{decisive.get('rule') or decisive['scorer']} → {decisive['verdict']}"
 
 
 Row = tuple[list[int], Accumulator]  # passes and n, and the metric's accumulator
