@@ -17,13 +17,14 @@ import argparse
 import json
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nspec.runners.grading import calibration  # noqa: E402
-from nspec.runners.grading.calibration import TARGET, Tally  # noqa: E402
+from nspec.runners.grading.calibration import TARGET, Tally, key_of  # noqa: E402
 from tests.grading_sets import CALIBRATION, SETS, Labelled, decided_by_kind, of, overall, tallies  # noqa: E402
 
 STORED = ROOT / "src" / "nspec" / "runners" / "grading" / "calibration.json"
@@ -57,30 +58,29 @@ def calibration_table(found: dict[str, Tally], markdown: bool) -> list[str]:
 
 
 def set_table(rows: list[Labelled], markdown: bool) -> list[str]:
-    """Per rule, what `nspec.grade` decides of a set, and how often it agrees."""
-    header = ["rule → verdict", "decided", "share", "precision", "lower bound", "95% bound", "wrong"]
+    """Per rule, what `nspec.grade` decides of a set, and how often it agrees; and how many distinct answers (to
+    their question) it decided, as trials repeat answers."""
+    header = ["rule → verdict", "decided", "distinct", "share", "precision", "lower bound", "95% bound", "wrong"]
+    distinct: dict[str, set[tuple[str | None, str]]] = defaultdict(set)
+    for row in rows:
+        verdict = row.graded()
+        if verdict.verdict != "undecided":
+            distinct[key_of(verdict)].add((row.inp.question, row.answer))
     lines = []
     for key, t in sorted(tallies(rows).items()):
         share = t.decided / len(rows)
-        lines.append(
-            [
-                key,
-                str(t.decided),
-                f"{share:.1%}",
-                f"{t.precision:.2%}",
-                f"{t.lower:.2%}",
-                f"{t.lower95:.2%}",
-                str(t.decided - t.agree),
-            ]
-        )
+        cells = [key, str(t.decided), str(len(distinct[key])), f"{share:.1%}", f"{t.precision:.2%}"]
+        lines.append([*cells, f"{t.lower:.2%}", f"{t.lower95:.2%}", str(t.decided - t.agree)])
     return _table(header, lines, markdown)
 
 
 def summary(name: str, rows: list[Labelled]) -> str:
     c = overall(rows)
     t = Tally(c["decided"], c["agree"])
+    distinct = len({(r.inp.question, r.answer) for r in rows})
     return (
-        f"{name}: {c['answers']} answers, {c['decided']} decided ({c['decided'] / max(c['answers'], 1):.1%}), "
+        f"{name}: {c['answers']} answers ({distinct} distinct), {c['decided']} decided "
+        f"({c['decided'] / max(c['answers'], 1):.1%}), "
         f"{c['agree']} agree with the label ({t.precision:.2%}; lower bound {t.lower:.2%}, 95% {t.lower95:.2%}), "
         f"{c['decided'] - c['agree']} wrong"
     )

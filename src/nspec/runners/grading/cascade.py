@@ -151,10 +151,12 @@ def _spelled_as_in_needle(value: str, needle: str | None) -> str:
 
     def respell(match: re.Match[str]) -> str:
         word = match.group()
-        if len(word) < 3 or word.casefold() in spelt or not freetext.content(word):
+        folded = word.casefold()
+        if len(word) < 3 or folded in spelt or not freetext.content(word):
             return word
-        close = difflib.get_close_matches(word.casefold(), list(spelt), n=1, cutoff=0.75)
-        return spelt[close[0]] if close and close[0][0] == word[0].casefold() else word
+        alike = [w for w in spelt if w[0] == folded[0]]  # the same first letter
+        close = difflib.get_close_matches(folded, alike, n=1, cutoff=0.75)
+        return spelt[close[0]] if close else word
 
     return _TOKEN.sub(respell, value)
 
