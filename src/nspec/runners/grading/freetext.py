@@ -234,7 +234,6 @@ class Clause:
     not_there: bool  # says the context lacks something
     negated: bool
     hedged: bool  # a word of doubt: probably, maybe, might be...
-    denied: frozenset[str] = frozenset()  # the content word each negation is about: "does not make" -> make
 
 
 @dataclass(frozen=True)
@@ -343,7 +342,7 @@ def read(answer: str, needle: str | None) -> Reading:
             own = frozenset(content(norm))
             stems |= own
             hedged = _hedged(norm, needle_words)
-            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), hedged, _denied(norm)))
+            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), hedged))
         if clauses:
             norm = _norm(sentence)
             sentences.append(Sentence(norm, tuple(clauses), _offered(words(norm), needle_words)))
@@ -361,18 +360,6 @@ def _offered(tokens: list[str], needle_words: str | None) -> frozenset[str]:
             continue  # the needle's own "more or less"
         near |= {stem(w) for w in window if w not in _STOP and not w.endswith("n't")}
     return frozenset(near)
-
-
-def _denied(clause: str) -> frozenset[str]:
-    """The first content word after each negation of a clause: what it denies."""
-    tokens = words(clause)
-    denied = set()
-    for i, token in enumerate(tokens):
-        if is_negation(token):
-            after = next((w for w in tokens[i + 1 :] if w not in _STOP and not w.endswith("n't")), None)
-            if after is not None:
-                denied.add(stem(after))
-    return frozenset(denied)
 
 
 def _hedged(clause: str, needle_words: str | None) -> bool:
