@@ -101,12 +101,13 @@ def write(found: dict[str, Tally]) -> None:
     decides of each kind of answer there."""
     rules = {key: {"decided": t.decided, "agree": t.agree} for key, t in sorted(found.items())}
     note = "written by bench/grading.py --write from the calibration sets (tests/grading_sets.py)"
-    kinds: dict[str, dict[str, int]] = {}
-    for stage in ("rules", "kinds"):  # the kinds' figures are graded by the rules stored first
-        if stage == "kinds":
-            kinds = decided_by_kind()
+
+    def store(kinds: dict[str, dict[str, int]]) -> None:
         STORED.write_text(json.dumps({"note": note, "rules": rules, "kinds": kinds}, indent=1) + "\n", "utf-8")
         calibration.stored.cache_clear()
+
+    store({})  # the kinds' figures are graded by the rules stored here
+    store(decided_by_kind())
 
 
 def main() -> None:
