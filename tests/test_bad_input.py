@@ -589,8 +589,9 @@ JUDGE_PROMPT = "scoring:\n  - contains: '{answer}'\n  - judge: {models: [openai/
         ),
         (
             "prompt: needlehaystack",
-            "14:12: scoring[1].judge: rubric score-10 (prompt needlehaystack grades 1-10) needs `threshold`: the "
-            "lowest score that passes (e.g. 7)",
+            "14:12: scoring[1].judge: rubric score-10 (prompt needlehaystack grades 1-10) without `threshold` gives "
+            "scores, not verdicts, so the judges must grade every cell alone: give `threshold` (the lowest score that "
+            "passes, e.g. 7) or leave the judge alone in scoring",
         ),
         (
             "prompt: {system: 'Grade {answr}.', user: 'Q: {question} A: {answer}'}",

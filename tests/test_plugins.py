@@ -166,7 +166,8 @@ def test_a_scorer_declaring_a_metric_nobody_registers_is_refused(site, monkeypat
     result = cli("validate", spec_file(SPEC + "scoring: [{always: true}]\n"))
     assert result.code == 2
     assert (
-        "declares the metric 'median', which is not installed: the installed metrics are f1, mean_score" in result.err
+        "declares the metric 'median', which is not installed: the installed metrics are f1, judge_score, mean_score"
+        in result.err
     )
 
 

@@ -208,6 +208,9 @@ def _print_plan(planned: Any) -> None:
     result = planned.plan
     console = _stdout()
     console.print(_plan_table(result))
+    share = _judge_share(result)
+    if share is not None:
+        console.print(share, markup=False)
     console.print(f"{planned.cells:,} cells (the cap is {result['max_cells']:,}: --max-cells)", markup=False)
     if planned.dropped_cells:
         console.print(
@@ -270,9 +273,24 @@ def _plan_table(result: dict[str, Any]) -> Table:
         )
     for j in result["judges"]:  # the panel grading every answer: an upper bound unless `when: always`
         judged = f"{_usd(j['cost_usd'])} ({j['bound']})"
+        expected = j.get("expected")
+        if expected is not None:  # the share the default cascade leaves undecided, from its calibration
+            judged = f"~{_usd(expected['cost_usd'])} expected, {judged}"
         row = [f"{j['label']} (judge)", j["mode"], "", f"{j['requests']:,}", f"{j['input_tokens']:,}"]
         table.add_row(*row, f"{j['output_tokens_max']:,}", "", "", "", "", "", judged)
     return table
+
+
+def _judge_share(result: dict[str, Any]) -> str | None:
+    """What the judges are expected to grade: the share the default cascade leaves undecided, by its calibration."""
+    expected = next((j["expected"] for j in result["judges"] if "expected" in j), None)
+    if expected is None:
+        return None
+    total = result["judges"][0]["requests"]
+    return (
+        f"Judges: about {expected['requests']:,} of {total:,} answers ({expected['share']:.0%}) expected to reach "
+        "them, from what the default cascade leaves undecided on its calibration sets (docs/scoring.md); at most all."
+    )
 
 
 @app.command(name="compile")

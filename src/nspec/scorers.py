@@ -35,6 +35,7 @@ Outcome = Literal["pass", "fail", "undecided"]
 Problem = tuple[tuple[str | int, ...], str]  # where under a scorer's options, and what is wrong there
 JUDGE = "judge"  # the scoring entry that asks models, not a scorer: it grades what the scorers leave undecided
 JUDGED_METRIC = "pass_rate"  # what a scoring of judges alone aggregates by: their verdicts score 1 or 0
+SCORED_METRIC = "judge_score"  # what score-10 judges without a threshold aggregate by: their mean score, 1-10
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,16 @@ SCORERS: Registry[Scorer] = Registry("nspec.scorers", "scorer", "scorers", _scor
 
 
 def metric_of(scoring: Iterable[Mapping[str, Any]]) -> Metric:
-    """The metric a well-formed scoring list's scores aggregate by: its first scorer's (judges aside); judges alone
-    score 1 or 0."""
-    kinds = [kind for entry in scoring for kind in entry if kind != JUDGE]
-    return METRICS.get(SCORERS.get(kinds[0]).metric if kinds else JUDGED_METRIC)
+    """The metric a well-formed, resolved scoring list's scores aggregate by: its first scorer's (judges aside);
+    judges alone score 1 or 0, or 1-10 where they grade score-10 without a threshold."""
+    entries = list(scoring)
+    kinds = [kind for entry in entries for kind in entry if kind != JUDGE]
+    if kinds:
+        return METRICS.get(SCORERS.get(kinds[0]).metric)
+    judges = [entry[JUDGE] for entry in entries if JUDGE in entry]
+    return METRICS.get(SCORED_METRIC if judges and scores_only(judges[0]) else JUDGED_METRIC)
+
+
+def scores_only(judge: Mapping[str, Any]) -> bool:
+    """Whether a resolved judge entry scores without verdicts: rubric score-10 and no threshold."""
+    return judge.get("rubric") == "score-10" and judge.get("threshold") is None

@@ -29,6 +29,7 @@ from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing
 from nspec.events import Event, Listener, ignore
 from nspec.runners.export import Exported, export_vllm
+from nspec.runners.grading import calibration
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
 from nspec.runners.run_store import Run, check_results, exclusive
@@ -124,7 +125,9 @@ def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned
     and judge, where the requests go, and the spec's provenance. A grid of more than ``max_cells`` cells is
     refused."""
     with located_cells(loaded):
-        planned = plan_run(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
+        planned = plan_run(
+            loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts, calibration.left_to_judges
+        )
     sends = destinations(loaded.data)
     where = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
     return Planned(

@@ -64,6 +64,7 @@ MEAN_SCORE = Mean("mean_score", "score")  # 1 or 0, with partial credit where a 
 SHARE_FOUND = Mean("share_found", "share found")  # the share of the expected answers an answer holds
 F1 = Mean("f1", "F1")
 SIMILARITY = Mean("similarity", "similarity")
+JUDGE_SCORE = Mean("judge_score", "mean score (1-10)", percent=False)  # score-10 judges without a threshold
 
 
 def options_of(value: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -55,7 +56,7 @@ def grade(
     - ``require="all"``: every expected answer must be given (a multi-value question); the score is the share given.
     - ``data``: the cell's task-family data, for scorers that read it.
 
-    >>> grade("By composing a morose epicedium.", expected=["He composed an epicedium"],
+    >>> grade("By composing an elegy for his friend.", expected=["He composed an elegy"],
     ...       question="What did the bard do?").verdict
     'pass'
     """
@@ -64,7 +65,13 @@ def grade(
     values = tuple(str(e) for e in expected)
     given = values if require == "all" else values[:1]
     inp = GradeInput(given, () if require == "all" else values[1:], question, needle, data or {})
-    return decide(Scoring(scoring).verdicts(answer, inp))
+    return decide((_default() if scoring is None else Scoring(scoring)).verdicts(answer, inp))
+
+
+@cache
+def _default() -> Scoring:
+    """The default scoring, checked once."""
+    return Scoring(None)
 
 
 def decide(verdicts: Sequence[Verdict]) -> Verdict:
@@ -94,7 +101,10 @@ class Scoring:
         self.not_found = tuple(phrases)
 
     def verdicts(self, answer: str, inp: GradeInput) -> list[Verdict]:
-        """Every scorer's verdict, in the order of the list (judges excluded); one verdict for a negative control."""
+        """Every scorer's verdict, in the order of the list (judges excluded); one verdict for a negative control;
+        for what is not text (None, a number), one undecided verdict."""
+        if not isinstance(answer, str):
+            return [Verdict("undecided", "none", f"the answer is not text ({type(answer).__name__})", None, "not-text")]
         if not inp.accepted:
             return [negative(answer, inp.question, self.not_found)]
         return [scorer.grade(answer, inp, options) for scorer, options in self.scorers]
@@ -118,6 +128,8 @@ def _path(keys: Sequence[str | int]) -> str:
 
 def negative(answer: str, question: str | None, phrases: Sequence[str]) -> Verdict:
     """A negative control is right only if it says the answer is not there and invents no value."""
+    if len(answer) > freetext.LONGEST:
+        return Verdict("undecided", "negative", freetext.TOO_LONG, None, "negative.too-long")
     asked = set(_VALUE.findall(question or ""))
     not_found = says_not_found(answer, phrases)
     invented = any(v not in asked for v in _VALUE.findall(freetext.clean(answer)))

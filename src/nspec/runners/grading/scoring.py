@@ -3,9 +3,10 @@ then the judges' votes folded in where the scorers left a cell undecided.
 
 Writes `scores.jsonl`: per cell every scorer's verdict, the judges' votes, the final verdict and the score (1 pass,
 0 fail, the share found for multi-value answers; none while undecided), and for cells with several target needles
-the share of them the answer gives (`needles_found`, RULER's partial credit). Cells whose request failed are
-`error`; cells whose judges could not reach a quorum are `undecided` with `judge_error` set. Neither counts in any
-pass rate.
+the share of them the answer gives (`needles_found`, RULER's partial credit). A panel of `score-10` judges without a
+threshold gives no verdict but a score: the cell is `scored`, its score the judges' mean (1-10). Cells whose request
+failed are `error`; cells whose judges could not reach a quorum are `undecided` with `judge_error` set. None of these
+counts in any pass rate.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def apply_votes(
         return line
     cast = [v["vote"] for v in votes if v["vote"] is not None]
     scores = [v["score"] for v in votes if "score" in v]
-    if scores:
-        line["judge_score"] = round(sum(scores) / len(scores), 2)
+    mean = round(sum(scores) / len(scores), 2) if scores else None
+    if mean is not None:
+        line["judge_score"] = mean
     if len(cast) < quorum:
         line["judge_verdict"] = None
         if line["verdict"] == "undecided":
@@ -82,6 +84,10 @@ def apply_votes(
                 + "; ".join(f"{v['judge']}: {v['detail']}" for v in votes if v["vote"] is None)
                 + ")",
             )
+        return line
+    if judging.SCORED in cast:  # a score-10 panel without a threshold: a score, no verdict
+        if line["verdict"] == "undecided":
+            line.update(verdict=judging.SCORED, score=mean, reason=f"judges: mean score {mean} of {len(cast)}")
         return line
     verdict = judging.combine(cast, rule)
     line["judge_verdict"] = verdict

@@ -24,6 +24,7 @@ from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
 from nspec.runners.grading.builtin import RunningMean
 from nspec.runners.grading.grader import DEFAULT_SCORING
+from nspec.runners.grading.judging import SCORED
 from nspec.runners.report import view as views
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
 from nspec.runners.report.view import View, axis_value, field_value, view_of
@@ -75,12 +76,14 @@ class Tally:
     cells: int = 0  # scored cells, controls included
     undecided: int = 0  # no scorer decided and no judge was asked
     judge_errors: int = 0  # too few judges gave a verdict
+    scored: int = 0  # graded by score-10 judges without a threshold: a score, no verdict
     errors: int = 0  # the request got no answer
     judged: int = 0  # cells with two or more judge votes
     split: int = 0  # of those, cells whose judges did not all agree
     needles_found: RunningMean = field(default_factory=RunningMean)  # multi-needle cells: the share found
     judge_scores: RunningMean = field(default_factory=RunningMean)  # score-10 judges: each cell's mean score
     negative_reasons: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)  # graded cells by the scorer rule that decided them
     cost: float | None = 0.0  # of the answers' tokens; None when the model has no known price
     estimate: float | None = 0.0  # the plan's, at the model's mode (every answer its full budget)
 
@@ -106,6 +109,8 @@ class ReportData:
     view: View  # what the first run's family says its cells are
     metric: Metric  # what the first run's scores aggregate by: its first scorer's metric
     heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # score-10 judges without a threshold: per model, the mean score per length and depth (needlehaystack's heatmap)
+    score_heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     lengths: list[dict[str, Any]] = field(default_factory=list)
     locations: list[dict[str, Any]] = field(default_factory=list)
@@ -128,7 +133,7 @@ class ReportData:
     @property
     def models(self) -> list[str]:
         """Every model label, in a fixed order (the colours follow it)."""
-        return sorted(set(self.heat) | set(self.tallies))
+        return sorted(set(self.heat) | set(self.score_heat) | set(self.tallies))
 
 
 def run_labels(runs: list[Run]) -> list[str]:
@@ -207,6 +212,7 @@ class Aggregates:
         self.negatives: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         self.reasons: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
         self.found: dict[tuple[str, int, float], RunningMean] = defaultdict(RunningMean)
+        self.scored: dict[tuple[str, int, float], RunningMean] = defaultdict(RunningMean)  # mean score, by place
         # per run, for comparisons: (model, what the cell is) → passed, cell id, its values of the view's axes
         self.verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str, list[str]]]] = []
         self.arms: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (model, cache arm) → passes, n
@@ -229,12 +235,18 @@ class Aggregates:
         tally.cells += 1
         tally.cost = None if cost is None or tally.cost is None else tally.cost + cost
         tally.estimate = None if estimate is None or tally.estimate is None else tally.estimate + estimate
+        if score["verdict"] != "error":
+            tally.rules[decided_by(score)] += 1
         votes = [v for v in score.get("votes", []) if v.get("vote") in ("pass", "fail")]
         if len(votes) >= 2:
             tally.judged += 1
             tally.split += len({v["vote"] for v in votes}) > 1
         if "judge_score" in score:
             tally.judge_scores.add(float(score["judge_score"]))
+        if score["verdict"] == SCORED:
+            tally.scored += 1
+            self.add_scored(label, cell, float(score["score"] or 0.0))  # a scored cell always has its score
+            return
         if score["verdict"] not in ("pass", "fail"):
             if score["verdict"] == "error":
                 tally.errors += 1
@@ -288,6 +300,12 @@ class Aggregates:
                 }
             )
 
+    def add_scored(self, label: str, cell: CellRecord, score: float) -> None:
+        """Fold a cell that judges scored without a verdict: into its model's score and its place of the heatmap."""
+        self.by_model[label].add(score)
+        if cell["depth"]["requested"] is not None and self.data.view.depth:
+            self.scored[(label, cell["context_length"]["target"], cell["depth"]["requested"])].add(score)
+
     def score(self, label: str, cell: CellRecord, passed: bool, score: float) -> None:
         """Fold a graded cell's score under the metric: into its model's, its point of the family's axes' (cells
         with axes of their own, or without a depth), each of their values' and the headline table axis's."""
@@ -316,6 +334,10 @@ class Aggregates:
             if shares is not None:
                 row["needles_found"] = round(shares.total / shares.n, 4)
             data.heat.setdefault(label, []).append(row)
+        for (label, length, depth), scores in sorted(self.scored.items()):
+            mean = round(scores.total / scores.n, 2)
+            row = {"model": label, "context_length": length, "depth": depth, "score": mean, "n": scores.n}
+            data.score_heat.setdefault(label, []).append({**row, "text": f"{mean:.1f} (n={scores.n})"})
         data.lengths = [
             rate_row(p, n, model=label, context_length=length)
             for (label, length), (p, n) in sorted(self.by_length.items())
@@ -360,6 +382,17 @@ class Aggregates:
         if len(self.verdicts) > 1:
             data.comparisons = _compare(self.verdicts, [n or "" for n in names])
         return data
+
+
+LEFT_BY_SCORERS = "undecided by the scorers"
+
+
+def decided_by(score: ScoreRecord) -> str:
+    """The scorer rule that decided a graded cell ("key-words → pass"), or `LEFT_BY_SCORERS`."""
+    decisive = next((s for s in score.get("scorers", []) if s["verdict"] != "undecided"), None)
+    if decisive is None:
+        return LEFT_BY_SCORERS
+    return f"{decisive.get('rule') or decisive['scorer']} → {decisive['verdict']}"
 
 
 Row = tuple[list[int], Accumulator]  # passes and n, and the metric's accumulator

@@ -19,7 +19,7 @@ from typing import Any
 from nspec.run_layout import cache_dir
 from nspec.runners.report import headline, notation
 from nspec.runners.report.charts import PALETTE
-from nspec.runners.report.data import Comparison, ReportData, Tally, run_labels
+from nspec.runners.report.data import LEFT_BY_SCORERS, Comparison, ReportData, Tally, run_labels
 from nspec.runners.report.stats import effective_length, model_summary
 from nspec.runners.run_store import Run
 from nspec.version import __version__
@@ -140,6 +140,29 @@ def summary_rows(data: ReportData, threshold: float) -> list[dict[str, str]]:
         left = [(tally.judge_errors, "judge error"), (tally.undecided, "undecided"), (tally.errors, "no answer")]
         row["left_out"] = ", ".join(f"{k} {what}" for k, what in left if k) or "0"
         rows.append(row)
+    return rows
+
+
+def grading_rows(data: ReportData) -> list[dict[str, str]]:
+    """Per model: how many of its graded cells the scorers decided, the share each rule decided, and the share they
+    left to the judges (or undecided, without judges)."""
+    rows = []
+    for label in data.models:
+        rules = data.tallies.get(label, Tally()).rules
+        total = sum(rules.values())
+        if not total:
+            continue
+        left = rules.get(LEFT_BY_SCORERS, 0)
+        by_rule = [f"{key}: {n / total:.1%}" for key, n in rules.most_common() if key != LEFT_BY_SCORERS]
+        decided = total - left
+        rows.append(
+            {
+                "model": label,
+                "decided": f"{decided:,} of {total:,} ({decided / total:.1%})",
+                "rules": "; ".join(by_rule) or "—",
+                "left": f"{left:,} ({left / total:.1%})",
+            }
+        )
     return rows
 
 
@@ -352,6 +375,7 @@ def render_page(
         version=__version__,
         runs=[_run_header(r, n) for r, n in zip(runs, names, strict=True)],
         summary=summary_rows(data, threshold),
+        grading=grading_rows(data),
         depth=data.view.depth,
         metric={"label": label, "heading": label[:1].upper() + label[1:], "percent": data.metric.percent},
         headline=headline_table(data, threshold),

@@ -31,15 +31,19 @@ def check_scoring(c: SpecChecker) -> None:
             continue
         judge = scorer.get("judge")
         if isinstance(judge, dict):
-            _judge(c, ("scoring", i, "judge"), judge)
+            _judge(c, ("scoring", i, "judge"), judge, len(scoring))
 
 
-def _judge(c: SpecChecker, path: Path, judge: dict[str, Any]) -> None:
+def _judge(c: SpecChecker, path: Path, judge: dict[str, Any], entries: int) -> None:
     implied = _judge_prompt(c, (*path, "prompt"), judge)
     rubric = judge.get("rubric") or implied or "pass-fail"
-    if rubric == "score-10" and "threshold" not in judge:
+    if rubric == "score-10" and "threshold" not in judge and entries > 1:
         by = f" (prompt {judge['prompt']} grades 1-10)" if implied and "rubric" not in judge else ""
-        c.error(path, f"rubric score-10{by} needs `threshold`: the lowest score that passes (e.g. 7)")
+        c.error(
+            path,
+            f"rubric score-10{by} without `threshold` gives scores, not verdicts, so the judges must grade every "
+            "cell alone: give `threshold` (the lowest score that passes, e.g. 7) or leave the judge alone in scoring",
+        )
     if rubric == "pass-fail" and "threshold" in judge:
         c.error((*path, "threshold"), "`threshold` applies to rubric score-10 only", at_key=True)
     models = judge.get("models")
