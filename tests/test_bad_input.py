@@ -385,10 +385,10 @@ def test_an_empty_file_found_at_compile_time_names_its_path(cli, spec_file, tmp_
 # -- input that once crashed or hung nspec: exit 2, located, in bounded time --------------------------------------
 
 
-def bounded(cli, *args: str, within: float = 10):
+def bounded(cli, *args: str, within: float = 60):
     start = time.monotonic()
     result = cli(*args)
-    assert time.monotonic() - start < within, args  # generous: the point is that it ends
+    assert time.monotonic() - start < within, args  # a hang guard, generous on a loaded machine
     assert result.code == 2, result.err
     assert "Traceback" not in result.out + result.err and "internal error" not in result.err
     return result
