@@ -597,6 +597,15 @@ def run_command(
     max_usd: MaxUsd = None,
     max_wait: MaxWait = None,
     retry_errors: RetryErrors = False,
+    emulator: Annotated[
+        bool,
+        typer.Option(
+            "--emulator",
+            help="Rehearse: send every model (judges and local models too) to the emulator — the one on "
+            "127.0.0.1:8765, else one started here — without keys or cost, into OUT/rehearsals/; its oracle answers "
+            "the run's cells right, unless that emulator was started with faults (nspec emulator --config FILE).",
+        ),
+    ] = False,
 ) -> None:
     """Compile, submit, collect, score and report; running it again continues where it stopped.
     Exit 3 while batches are pending (for cron: run again later)."""
@@ -605,7 +614,7 @@ def run_command(
     console = _stdout()
     with ProgressView() as events:
         ran = pipeline.run(
-            spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd, max_wait, retry_errors
+            spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd, max_wait, retry_errors, emulator
         )
     if ran.scored is not None:
         console.print("scores: " + _verdicts(ran.scored.counts), markup=False)

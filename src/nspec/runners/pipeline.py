@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.providers.contract import model_name
 from nspec.compiler.providers.credentials import Destination, destination
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
 from nspec.compiler.run_writer import plan as plan_run
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing
 from nspec.events import Event, Listener, ignore
+from nspec.runners import rehearsal
 from nspec.runners.export import Exported, export_vllm
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
@@ -134,12 +136,8 @@ def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned
 
 def destinations(spec: dict[str, Any]) -> list[Destination]:
     """Where a resolved spec's requests go — its models' and its judges' — and which key variable each reads."""
-    entries = list(spec["models"])
-    for scorer in spec.get("scoring", []):
-        if "judge" in scorer:
-            entries += scorer["judge"]["models"]
     seen: dict[str, Destination] = {}
-    for entry in entries:
+    for entry in _entries(spec):
         found = destination(entry)
         seen.setdefault(found.model, found)
     return list(seen.values())
@@ -309,15 +307,48 @@ def run(
     max_usd: float | None = None,
     max_wait: float | None = None,
     retry_errors: bool = False,
+    emulator: bool = False,
 ) -> Ran:
     """Compile, submit, collect, score and report; calling it again continues where it stopped. Without ``wait``
     it returns as soon as something is pending (``Ran.pending``); with it, waiting gives up after ``max_wait``
     seconds or when the same failure keeps coming back. ``retry_errors`` first sends again the requests whose final
-    result is an error that trying again may fix."""
+    result is an error that trying again may fix. With ``emulator``, a rehearsal (`runners.rehearsal`): the run
+    goes to the emulator, in a run directory of its own."""
+    out = Path(out) / rehearsal.FOLDER if emulator else out
     compiled = compile_spec(spec_file, out, allowed, max_cells)
     path = compiled.path
-    events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
-    events(Event("compiled", detail=str(path)))
+    if not emulator:
+        events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
+        events(Event("compiled", detail=str(path)))
+        return _run(path, wait, events, wait_lock, max_usd, max_wait, retry_errors)
+    spec = Run(path).spec
+    served = [model_name(e) for e in _entries(spec) if str(e["id"]).split("/", 1)[0] in ("local", "openai-compatible")]
+    with rehearsal.emulator(path, served) as root:
+        said = f"every model → the emulator at {root} (a rehearsal: no key, nothing paid)"
+        events(Event("destinations", detail=said))
+        events(Event("compiled", detail=str(path)))
+        return _run(path, wait, events, wait_lock, max_usd, max_wait, retry_errors)
+
+
+def _entries(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model entries of a resolved spec: its models', then its judges'."""
+    entries = list(spec["models"])
+    for scorer in spec.get("scoring", []):
+        if "judge" in scorer:
+            entries += scorer["judge"]["models"]
+    return entries
+
+
+def _run(
+    path: Path,
+    wait: bool,
+    events: Listener,
+    wait_lock: bool,
+    max_usd: float | None,
+    max_wait: float | None,
+    retry_errors: bool,
+) -> Ran:
+    """`run`'s stages after the compile."""
     started = time.monotonic()
 
     def left() -> float | None:

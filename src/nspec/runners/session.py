@@ -12,7 +12,6 @@ from typing import Any
 
 from nspec import interrupt
 from nspec.compiler.prices import price_for
-from nspec.compiler.providers.credentials import credentials
 from nspec.compiler.providers.io import Outcome
 from nspec.errors import BudgetSpent, StillFailing, UserError
 from nspec.events import Event, Listener, ignore
@@ -69,9 +68,7 @@ class Session:
         batch = BatchRunner(run, ledger, stage)
         attempts, _ = run.retry_policy()
         callers = {
-            m.label: CallerSettings(
-                m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts, live_backoff
-            )
+            m.label: CallerSettings(m.provider, m.credentials(), m.entry.get("rate_limits", {}), attempts, live_backoff)
             for m in run.models(stage)
         }
         return cls(run, ledger, batch, callers, stage, events, max_usd)
