@@ -57,12 +57,14 @@ class Reading:
     done: int
     since: float  # when its first progress came (the clock's)
     at_start: int  # tokens read then
+    at: float = 0.0  # when the last progress came
 
     def said(self, now: float) -> str:
         if self.done >= self.total:
             return f"{self.model}: prompt read ({self.total:,} tokens), answering"
-        rate = (self.done - self.at_start) / (now - self.since) if now > self.since else 0.0
-        left = f", about {(self.total - self.done) / rate:.0f}s left" if rate > 0 else ""
+        rate = (self.done - self.at_start) / (self.at - self.since) if self.at > self.since else 0.0
+        eta = max(0.0, (self.total - self.done) / rate - (now - self.at)) if rate > 0 else 0.0
+        left = f", about {eta:.0f}s left" if rate > 0 else ""
         pace = f", {rate:,.0f} tokens/s" if rate > 0 else ""
         return f"{self.model}: reading the prompt, {self.done:,}/{self.total:,} tokens{pace}{left}"
 
@@ -70,8 +72,8 @@ class Reading:
 def reading(current: Reading | None, event: Event, now: float) -> Reading:
     """The prompt being read, after a `request-progress` event (a new one when the total changes or it restarts)."""
     if current is None or current.total != event.total or event.done < current.done or current.model != event.kind:
-        return Reading(event.kind, event.total, event.done, now, event.done)
-    current.done = event.done
+        return Reading(event.kind, event.total, event.done, now, event.done, now)
+    current.done, current.at = event.done, now
     return current
 
 
