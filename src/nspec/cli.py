@@ -64,8 +64,8 @@ _TEXT_COLUMNS = (
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, justify="left" if column in _TEXT_COLUMNS else "right")
+    for column in columns:  # a model's id whole, however narrow the terminal: it is what the user looks for
+        table.add_column(column, justify="left" if column in _TEXT_COLUMNS else "right", no_wrap=column == "model")
     return table
 
 
@@ -225,7 +225,7 @@ def _print_plan(planned: Any) -> None:
         )
     if "task" in result:
         task = result["task"]
-        console.print(f"task: {task['name']} {task['version']}", markup=False)
+        console.print(f"task: the {task['name']} family, version {task['version']}", markup=False)
     for note in result["fallbacks"]:
         console.print(Text.assemble(("note: ", "yellow"), note["message"]))
     for sent in planned.destinations:
@@ -574,16 +574,51 @@ def report(
         list[str], typer.Argument(help="Run directories; several are compared in one report.", metavar="RUN")
     ],
     out: Annotated[str | None, typer.Option("-o", "--out", help="Folder (default: the first run's report/).")] = None,
+    latest: Annotated[
+        bool, typer.Option("--latest", help="Given a folder of runs (outputs/NAME), report the latest of them.")
+    ] = False,
 ) -> None:
     """Build the report: index.html (works offline), one PNG per chart, summary.csv; for a family with a headline
-    table (RULER's results table), the table (printed, and kept as <name>.md and <name>.json)."""
+    table (RULER's results table), the table (printed, and kept as <name>.md and <name>.json). Given a folder of
+    runs, lists them (or reports the latest, with --latest)."""
     from nspec.runners import pipeline
-    from nspec.runners.report import headline_tables
 
-    page = pipeline.report(list(runs), out)
-    for table in headline_tables(page.parent):
-        _stdout().print(table.read_text(encoding="utf-8"), markup=False)
+    page = pipeline.report([_run_directory(run, latest) for run in runs], out)
+    _print_tables(page)
     _stdout().print(str(page), markup=False)
+
+
+def _run_directory(given: str, latest: bool) -> str:
+    """The run directory ``given`` names: itself; with ``latest``, the newest run under a folder of runs. A spec, or
+    a folder of runs without ``latest``, is refused saying what to do instead."""
+    from pathlib import Path
+
+    from nspec.run_layout import RunPaths
+
+    path = Path(given)
+    if path.is_file() and path.suffix in (".yaml", ".yml"):
+        raise UserError(f"{given} is a spec, not a run directory: `nspec run {given}` runs it and reports it")
+    if not path.is_dir() or RunPaths(path).manifest.is_file():
+        return given  # a run directory, or nothing: the pipeline says which
+    found = sorted(
+        (p.parent for p in [*path.glob("*/manifest.json"), *path.glob("*/*/manifest.json")]),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        raise UserError(f"{given}: no run directory here (nor any under it): give one `nspec run` or `compile` printed")
+    if latest:
+        return str(found[-1])
+    listed = "\n".join(f"  {p}" for p in reversed(found))
+    runs = f"{len(found)} runs, newest first" if len(found) > 1 else "1 run"
+    raise UserError(f"{given} holds {runs}; give one, or --latest:\n{listed}")
+
+
+def _print_tables(page: Any) -> None:
+    """The report's tables a terminal shows: the family's headline table (RULER's), else its summary per model."""
+    from nspec.runners.report import printed_tables
+
+    for table in printed_tables(page.parent):
+        _stdout().print(table.read_text(encoding="utf-8"), markup=False)
 
 
 @app.command(name="run")
@@ -619,6 +654,7 @@ def run_command(
     if ran.scored is not None:
         console.print("scores: " + _verdicts(ran.scored.counts), markup=False)
     if ran.report is not None:
+        _print_tables(ran.report)
         console.print(f"report: {ran.report}", markup=False)
     _finish(ran.pending, ran.collected.failed, ran.collected.failures)
     if ran.scored is not None:

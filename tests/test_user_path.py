@@ -1,0 +1,55 @@
+"""The small truths of a newcomer's path: the plan shows model ids whole and says what its numbers are; `nspec run`
+ends with the run's table as `nspec report` prints it; `nspec report` given a spec or a folder of runs says what to
+do; the README's figures are the code's."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from nspec.runners import rehearsal
+from tests.conftest import ROOT, SPECS
+
+
+def test_plan_shows_model_ids_whole_in_a_narrow_terminal_and_names_the_family(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = cli("plan", str(SPECS / "graphwalks.yaml"))
+    assert result.code == 0, result.err
+    assert "openai/gpt-4.1-mini" in result.out and "anthropic/claude-haiku-4-5" in result.out
+    assert "task: the graphwalks family, version 1" in result.out
+
+
+def test_run_ends_with_the_table_report_prints_and_report_finds_runs_in_a_folder(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(rehearsal, "PORT", 9)  # nothing listens there: an emulator of the test's own
+    out = tmp_path / "out"
+    ran = cli("run", str(SPECS / "mrcr.yaml"), "--emulator", "--wait", "-o", str(out))
+    assert ran.code == 0, ran.err
+    table = ran.out[ran.out.index("|Model|") : ran.out.index("report: ")]
+    assert table.splitlines()[0] == "|Model|Cells|Pass rate (95% CI)|Similarity (%)|Effective length (95% CI)|"
+    folder = out / "rehearsals" / "mrcr"
+    (run,) = folder.iterdir()
+    listed = cli("report", str(folder))
+    assert listed.code == 2 and listed.err.split("\n")[1].strip() == str(run)
+    latest = cli("report", str(folder), "--latest")
+    assert latest.code == 0 and table in latest.out
+    spec = cli("report", str(SPECS / "mrcr.yaml"))
+    assert spec.code == 2 and "is a spec, not a run directory: `nspec run " in spec.err
+
+
+def test_the_readme_s_figures_are_the_code_s(cli):
+    from nspec.runners.providers.local import model_file
+
+    readme = (ROOT / "README.md").read_text()
+    size = f"{model_file('gemma-3-270m').stat().st_size / 1e6:,.0f} MB"  # as the run prints it loading the model
+    assert re.findall(r"gemma-3-270m, (\d+ MB)\s+from PyPI", readme) == [size]
+    assert re.findall(r"loading gemma-3-270m \((\d+ MB)\)", readme) == [size]
+    plan = json.loads(cli("plan", str(SPECS / "quickstart.yaml"), "--json").out)
+    (model,) = plan["models"]
+    assert f"answers: {model['requests']} local requests to send" in readme
+    spec = (SPECS / "quickstart.yaml").read_text()
+    lengths = len(re.search(r"context_lengths: \[([^]]*)\]", spec).group(1).split(","))
+    depths = len(re.search(r"depths: \[([^]]*)\]", spec).group(1).split(","))
+    assert model["cells"] == lengths * depths + lengths  # a negative control per length
+    prose = " ".join(readme.split())
+    assert f"`{lengths * depths} pass` are the " in prose and f"`{lengths} fail` are the negative controls" in prose
+    assert f"scores: {lengths} fail, {lengths * depths} pass" in readme
