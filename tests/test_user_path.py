@@ -53,3 +53,23 @@ def test_the_readme_s_figures_are_the_code_s(cli):
     prose = " ".join(readme.split())
     assert f"`{lengths * depths} pass` are the " in prose and f"`{lengths} fail` are the negative controls" in prose
     assert f"scores: {lengths} fail, {lengths * depths} pass" in readme
+
+
+def test_a_misspelt_model_is_refused_before_anything_is_sent_at_its_line(cli, spec_file, emulator, api_keys):
+    emu = emulator()
+    text = (SPECS / "graphwalks.yaml").read_text()
+    text = text.replace(
+        "- id: openai/gpt-4.1-mini", f'- id: openai/gpt-4.1-mnii\n    base_url: "{emu.openai_base_url}"'
+    )
+    text = text.replace(
+        "- id: anthropic/claude-haiku-4-5",
+        f'- id: anthropic/claude-haiku-4-6\n    base_url: "{emu.anthropic_base_url}"',
+    )
+    spec = spec_file(text)
+    result = cli("run", spec, "--wait")
+    assert result.code == 2
+    said = result.err.split("\n")
+    assert said[0].startswith("spec.yaml:21:9: models[0].id: 'gpt-4.1-mnii' is not among the models openai serves")
+    assert said[0].endswith("did you mean openai/gpt-4.1-mini?")
+    assert said[1].startswith("spec.yaml:24:9: models[1].id: 'claude-haiku-4-6' is not among the models anthropic")
+    assert not emu.emulation.store.openai_batches and not emu.emulation.answered  # nothing sent

