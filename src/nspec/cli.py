@@ -605,7 +605,7 @@ def _run_directory(given: str, latest: bool) -> str:
         key=lambda p: p.stat().st_mtime,
     )
     if not found:
-        raise UserError(f"{given}: no run directory here (nor any under it): give one `nspec run` or `compile` printed")
+        return given  # no run at all: the pipeline says so
     if latest:
         return str(found[-1])
     listed = "\n".join(f"  {p}" for p in reversed(found))
@@ -959,7 +959,7 @@ def data_list(as_json: Annotated[bool, typer.Option("--json", help="Print as JSO
     (checked against their pins)."""
     from nspec.datasets import CATALOG, PREFIX, data_dir
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for data in CATALOG.values():
         for file in data.files:
             path = data.path(file)

@@ -11,9 +11,22 @@ import re
 from collections.abc import Callable
 
 from nspec.compiler.providers.contract import model_name
+from nspec.compiler.providers.io import Credentials
 from nspec.compiler.providers.registry import provider
-from nspec.errors import Location, SpecError, SpecIssue
+from nspec.errors import AuthenticationFailed, Location, NspecError, SpecError, SpecIssue
 from nspec.runners.run_store import Run
+
+
+def _names(name: str, creds: Credentials) -> frozenset[str] | None:
+    """The provider's list; None where it has none here (a gateway, a proxy) or cannot give it now: the run's own
+    requests say what is wrong then. A key refused is said now."""
+    try:
+        return provider(name).model_names(creds)
+    except AuthenticationFailed:
+        raise
+    except NspecError:
+        return None
+
 
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")  # a dated snapshot of a listed model
 
@@ -28,7 +41,7 @@ def check_models(run: Run, located: Callable[[int], Location]) -> None:
         creds = model.credentials()
         key = (model.provider, creds.base_url)
         if key not in asked:
-            asked[key] = provider(model.provider).model_names(creds)
+            asked[key] = _names(model.provider, creds)
         names = asked[key]
         name = model_name(model.entry)
         if names is None or name in names or _SNAPSHOT.sub("", name) in names:
