@@ -81,6 +81,7 @@ def fetch(data: DataSet, file: DataFile, events: Listener = announce) -> bool:
         target.unlink()
     url = source(file)
     known = f"sha256:{file.pin.digest}" if file.pin.kind == "sha256" else None
+    pooch.get_logger().setLevel("WARNING")  # what it would say (downloading, a hash to pin) nspec says its own way
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         pooch.retrieve(url, known, file.name, target.parent, downloader=_Resuming(data, file, events))

@@ -323,16 +323,18 @@ def _records(
 
 
 def _array(path: str, text: str) -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSON array, each with the line it starts on (decoded one element at a time)."""
+    """The objects of a JSON array, each with the line it starts on (decoded one element at a time; the lines counted
+    on from the last element's, not from the top each time: NIAN's limericks are tens of thousands)."""
     decoder = json.JSONDecoder()
     out: list[tuple[int, dict[str, Any]]] = []
     pos = text.index("[") + 1
+    line_no, counted = 1, 0  # the line at `counted`
     while True:
         pos = _skip_space(text, pos)
         if text.startswith("]", pos) and not out:
             pos += 1
             break
-        line_no = text.count("\n", 0, pos) + 1
+        line_no, counted = line_no + text.count("\n", counted, pos), pos
         try:
             obj, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
