@@ -142,3 +142,15 @@ def test_a_second_ctrl_c_quits_at_once():
         "stopping: what came back is being saved (Ctrl-C again quits at once)",
         "stopped at once: what was saved before the first Ctrl-C stays saved",
     ]
+
+
+def test_off_a_terminal_the_view_says_where_things_stand_with_no_event_coming(capsys, monkeypatch):
+    from nspec.progress import ProgressView
+
+    monkeypatch.setattr(ProgressLines, "EVERY", 0.5)  # 10 s in use: a second's wait shows the same here
+    with ProgressView(terminal=False) as show:
+        show(Event("live-start", "answers", "local", total=3))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "so far" not in capsys.readouterr().err:
+            time.sleep(0.1)  # nothing more is shown: the view's own clock says it
+        assert time.monotonic() < deadline
