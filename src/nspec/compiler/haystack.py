@@ -29,6 +29,7 @@ from importlib import resources
 from typing import Any
 
 from nspec import corpora
+from nspec.datasets import path_of
 from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, InputRefused, glob_files, open_regular, read_input
 
@@ -157,7 +158,7 @@ def _load_stack(
     fields = {**QUESTION_FIELDS, **stack.get("question_fields", {})}
     items: dict[str, str] = {}
     item_lines: dict[str, tuple[str, int]] = {}  # where each item's text was read
-    items_path = os.path.join(base_dir, stack["items"])
+    items_path = path_of(stack["items"], base_dir)
     for line_no, obj in _records(items_path, stack["items"], inputs, confinement):
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
@@ -167,7 +168,7 @@ def _load_stack(
         items[str(item_id)] = text.strip()
         item_lines[str(item_id)] = (items_path, line_no)
     questions: list[StackQuestion] = []
-    questions_path = os.path.join(base_dir, stack["questions"])
+    questions_path = path_of(stack["questions"], base_dir)
     for line_no, obj in _records(questions_path, stack["questions"], inputs, confinement):
         item, question, answer = obj.get(fields["item"]), obj.get(fields["question"]), obj.get(fields["answer"])
         if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
@@ -322,16 +323,18 @@ def _records(
 
 
 def _array(path: str, text: str) -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSON array, each with the line it starts on (decoded one element at a time)."""
+    """The objects of a JSON array, each with the line it starts on (decoded one element at a time; the lines counted
+    on from the last element's, not from the top each time: NIAN's limericks are tens of thousands)."""
     decoder = json.JSONDecoder()
     out: list[tuple[int, dict[str, Any]]] = []
     pos = text.index("[") + 1
+    line_no, counted = 1, 0  # the line at `counted`
     while True:
         pos = _skip_space(text, pos)
         if text.startswith("]", pos) and not out:
             pos += 1
             break
-        line_no = text.count("\n", 0, pos) + 1
+        line_no, counted = line_no + text.count("\n", counted, pos), pos
         try:
             obj, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:

@@ -22,6 +22,7 @@ from nspec.compiler.counts_file import COUNTS_SUFFIX, CountsFile
 from nspec.compiler.judge_prompts import judge_prompt
 from nspec.compiler.providers.registry import provider
 from nspec.compiler.tasks import registry
+from nspec.datasets import is_reference
 from nspec.errors import CellError, Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
 from nspec.spec import checks
@@ -189,8 +190,10 @@ def _via(issue: SpecIssue, include_at: Location) -> SpecIssue:
 def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
     """Rewrite the file paths of an included spec so they are relative to the including spec's folder."""
 
-    def rebase(p: Any) -> Any:
-        return os.path.relpath(os.path.join(from_dir, p), to_dir or ".") if isinstance(p, str) else p
+    def rebase(p: Any) -> Any:  # a data set (`data:...`) is nobody's folder's
+        if not isinstance(p, str) or is_reference(p):
+            return p
+        return os.path.relpath(os.path.join(from_dir, p), to_dir or ".")
 
     task = data.get("task")
     params = task.get("params") if isinstance(task, dict) else None

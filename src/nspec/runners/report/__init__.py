@@ -15,7 +15,7 @@ from pathlib import Path
 from nspec.runners.report.charts import CHARTS, charts
 from nspec.runners.report.data import CellExport, ReportData, collect, slug, write_summary
 from nspec.runners.report.headline import HEAD, summary
-from nspec.runners.report.page import render_page
+from nspec.runners.report.page import render_page, summary_rows
 from nspec.runners.report.stats import effective_length, mcnemar, model_summary, wilson
 from nspec.runners.run_store import Run
 
@@ -27,6 +27,7 @@ __all__ = [
     "headline_tables",
     "mcnemar",
     "model_summary",
+    "printed_tables",
     "wilson",
 ]
 
@@ -46,6 +47,26 @@ def headline_tables(folder: Path) -> list[Path]:
             if fh.read(len(HEAD)) == HEAD:
                 tables.append(path)
     return tables
+
+
+SUMMARY = "summary.md"  # the page's summary table, in Markdown: what `nspec run` and `nspec report` print without one
+
+
+def printed_tables(folder: Path) -> list[Path]:
+    """What a report folder says in a terminal: its headline tables (RULER's), else its summary table."""
+    return headline_tables(folder) or [p for p in (folder / SUMMARY,) if p.is_file()]
+
+
+def _write_summary(data: ReportData, threshold: float, folder: Path) -> None:
+    """The page's summary table (`page.summary_rows`: per model its cells, pass rate, score and effective length)
+    as Markdown."""
+    label = data.metric.label
+    score = label[:1].upper() + label[1:] + (" (%)" if data.metric.percent else "")
+    head = ["Model", "Cells", "Pass rate (95% CI)", score, "Effective length (95% CI)"]
+    lines = ["|" + "|".join(head) + "|", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for row in summary_rows(data, threshold):
+        lines.append("|" + "|".join([row["model"], row["cells"], row["rate"], row["score"], row["effective"]]) + "|")
+    (folder / SUMMARY).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _write_headline(data: ReportData, threshold: float, folder: Path) -> None:
@@ -84,6 +105,7 @@ def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     write_summary(data, folder / "summary.csv")
     threshold = float(runs[0].spec.get("report", {}).get("effective_length_threshold", 0.856))
     _write_headline(data, threshold, folder)
+    _write_summary(data, threshold, folder)
     browser = [
         {"label": label, "count": export.counts[label], "path": str(path), "file": f"cells/{path.name}"}
         for label, path in export.files.items()
