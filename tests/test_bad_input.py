@@ -385,10 +385,10 @@ def test_an_empty_file_found_at_compile_time_names_its_path(cli, spec_file, tmp_
 # -- input that once crashed or hung nspec: exit 2, located, in bounded time --------------------------------------
 
 
-def bounded(cli, *args: str, within: float = 10):
+def bounded(cli, *args: str, within: float = 60):
     start = time.monotonic()
     result = cli(*args)
-    assert time.monotonic() - start < within, args  # generous: the point is that it ends
+    assert time.monotonic() - start < within, args  # a hang guard, generous on a loaded machine
     assert result.code == 2, result.err
     assert "Traceback" not in result.out + result.err and "internal error" not in result.err
     return result
@@ -589,8 +589,9 @@ JUDGE_PROMPT = "scoring:\n  - contains: '{answer}'\n  - judge: {models: [openai/
         ),
         (
             "prompt: needlehaystack",
-            "14:12: scoring[1].judge: rubric score-10 (prompt needlehaystack grades 1-10) needs `threshold`: the "
-            "lowest score that passes (e.g. 7)",
+            "14:12: scoring[1].judge: rubric score-10 (prompt needlehaystack grades 1-10) without `threshold` gives "
+            "scores, not verdicts, so the judges must grade every cell alone: give `threshold` (the lowest score that "
+            "passes, e.g. 7) or leave the judge alone in scoring",
         ),
         (
             "prompt: {system: 'Grade {answr}.', user: 'Q: {question} A: {answer}'}",

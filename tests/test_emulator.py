@@ -17,15 +17,38 @@ from openai.types import Batch
 
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Degrade, Faults, Limits, RateLimits, Responder, Timing
+from nspec.runners.emulator.state import Clock
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
-# Slow, fixed durations: the tests move the clock themselves.
+
+
+class StillClock(Clock):
+    """The emulator's time, moving only when a test advances it: a stepped lifecycle is where the test puts it,
+    however slowly the machine runs the requests in between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = time.time()
+
+    def now(self) -> float:
+        return self.start + self.offset
+
+
+def stepped(state_dir: str | None = None, **sections: object) -> Emulator:
+    """An emulator on the stepped lifecycle and a still clock, started."""
+    emu = Emulator(EmulatorConfig(**{"timing": STEPPED, **sections}), state_dir=state_dir)  # type: ignore[arg-type]
+    emu.emulation.clock = StillClock()
+    return emu.start()
+
+
+# Slow, fixed durations: the tests move the clock themselves, and a poll shows all the clock has reached.
 STEPPED = Timing(
     validate_seconds=10,
     seconds_per_request=1,
     finalize_seconds=10,
     cancel_seconds=5,
     completion_window_seconds=24 * 3600,
+    look_seconds=None,
 )
 
 
@@ -34,8 +57,8 @@ def make_emulator():
     running = []
 
     def start(state_dir: str | None = None, **sections) -> Emulator:
-        emu = Emulator(EmulatorConfig(**{"timing": STEPPED, **sections}), state_dir=state_dir)
-        running.append(emu.start())
+        emu = stepped(state_dir, **sections)
+        running.append(emu)
         return emu
 
     yield start
@@ -385,7 +408,7 @@ def test_truncated_download(make_emulator):
 
 def test_emulator_survives_a_restart_with_state(make_emulator, tmp_path):
     state = str(tmp_path / "state")
-    first = Emulator(EmulatorConfig(timing=STEPPED), state_dir=state).start()
+    first = stepped(state)
     client = oai(first)
     batch = submit_openai(client, 3)
     first.stop()
@@ -410,7 +433,7 @@ def test_openai_batches_are_answered_as_their_schedule_reaches_them_and_survive_
     """Each look at a batch answers what its clock has reached since the last (a poll never computes a whole batch),
     and a restart in the middle answers each request once."""
     state = str(tmp_path / "state")
-    first = Emulator(EmulatorConfig(timing=STEPPED), state_dir=state).start()
+    first = stepped(state)
     counting = first.emulation.responder = CountingResponder(first.emulation.responder)
     client = oai(first)
     batch = submit_openai(client, 40)
@@ -435,7 +458,7 @@ def test_openai_batches_are_answered_as_their_schedule_reaches_them_and_survive_
 
 def test_anthropic_batches_are_answered_as_their_schedule_reaches_them(make_emulator, tmp_path):
     state = str(tmp_path / "state")
-    first = Emulator(EmulatorConfig(timing=STEPPED), state_dir=state).start()
+    first = stepped(state)
     counting = first.emulation.responder = CountingResponder(first.emulation.responder)
     batch = ant(first).messages.batches.create(requests=anthropic_requests(30))
     first.clock.advance(12.5)
@@ -468,7 +491,7 @@ def test_mistral_jobs_are_answered_as_their_schedule_reaches_them_and_a_cancel_k
     from mistralai.client import Mistral
 
     state = str(tmp_path / "state")
-    first = Emulator(EmulatorConfig(timing=STEPPED, api_key="k"), state_dir=state).start()
+    first = stepped(state, api_key="k")
     counting = first.emulation.responder = CountingResponder(first.emulation.responder)
     lines = [
         {"custom_id": f"req-{i}", "body": {"messages": [{"role": "user", "content": needle_prompt(i)}]}}

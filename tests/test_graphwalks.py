@@ -225,11 +225,12 @@ def test_graphwalks_runs_is_scored_by_f1_and_reported(cli, spec_file, tmp_path, 
     assert len(scores) == 8 and {s["scorers"][0]["scorer"] for s in scores} == {"set_f1"}
     passed = sum(s["verdict"] == "pass" for s in scores)
     assert 0 < passed < 8
-    (table,) = score_tables(collect([Run(run)]), 0.5, "set_f1")
-    assert table["axis"] == "operation" and table["metric"] == "set_f1"
+    data = collect([Run(run)])
+    (table,) = score_tables(data, 0.5)
+    assert table["axis"] == "operation" and data.metric.label == "F1"
     assert [row["value"] for row in table["rows"]] == ["bfs", "parents"]
     shares = [float(row["pass_rate"].rstrip("%")) / 100 * 4 for row in table["rows"]]
     assert round(sum(shares)) == passed
-    (words,) = summary_words(collect([Run(run)]), 0.5)  # a task without depths: the pass rate per length alone
+    (words,) = summary_words(data, 0.5)  # a task without depths: the pass rate per length alone
     assert words["text"].startswith(f"{passed / 8:.1%} of 8 cells pass (95% CI "), words
     assert "depth" not in words["text"] and "effective length" in words["text"], words

@@ -10,6 +10,10 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 from nspec.compiler.judge_prompts import PRESETS, Graded
 from nspec.runners.emulator.config import Faults, JudgeFaults, Responder
 from nspec.runners.grading.judging import Grading, Vote, combine, parse_vote, quorum
+from nspec.runners.report.charts import charts
+from nspec.runners.report.data import collect
+from nspec.runners.report.page import grading_rows
+from nspec.runners.run_store import Run
 from tests.contract import assert_run_valid
 from tests.test_compile import check_typed_dict
 from tests.test_runners import batches_on, compile_for
@@ -154,6 +158,32 @@ def test_judges_when_always_and_score_10_live(emulator, tmp_path, cli):
     assert all(s["scorers"][0]["verdict"] == "pass" for s in needle_cells)  # the number scorer decided...
     assert all(s["judge_verdict"] == "pass" and s["votes"][0]["detail"] == "score 10" for s in needle_cells)
     assert batches_on(emu) == (0, 0)  # ...and judges graded every cell anyway (calibration), live
+
+
+def test_score_10_without_a_threshold_gives_scores_and_their_heatmap(emulator, tmp_path, cli):
+    """needlehaystack kept the judge's raw score: a score-10 panel without `threshold` scores every cell (1-10, the
+    mean of the panel), gives no verdict and no pass rate, and the report draws the mean score by depth and length."""
+    emu = emulator()
+    _, spec = judged_run(tmp_path, emu, mode="live", rubric="score-10", extra="when: always")
+    spec.write_text(spec.read_text().replace('  - exact: "{answer}"\n', ""))
+    result = cli("run", str(spec), "--wait", "-o", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    run = run_directory(result)
+    assert_run_valid(run)
+    scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    needle_cells = [s for s in scores if not s["negative"]]
+    assert needle_cells and all(s["verdict"] == "scored" and s["score"] == s["judge_score"] == 10 for s in needle_cells)
+    assert all("judge_verdict" not in s and {v["vote"] for v in s["votes"]} == {"scored"} for s in needle_cells)
+    data = collect([Run(run)])
+    assert data.metric.name == "judge_score" and not data.heat and not data.lengths
+    for label, rows in data.score_heat.items():
+        assert rows and all(r["score"] == 10 and r["text"].startswith("10.0 (n=") for r in rows), label
+        assert data.model_scores[label] == 10 and data.tallies[label].scored == len(rows)
+    for row in grading_rows(data):  # no scorer: every needle cell went to the judges, controls to their rule
+        assert row["decided"].startswith(f"{sum(s['negative'] for s in scores) // len(data.models)} of")
+        assert row["rules"].startswith("negative.")
+    (name, _, chart), *_ = charts(data, ("heatmap",))
+    assert name.startswith("heatmap-") and chart.to_dict()["layer"][0]["encoding"]["color"]["field"] == "score"
 
 
 def test_rescore_sends_only_new_judge_requests(emulator, tmp_path, cli):

@@ -173,5 +173,6 @@ def test_mrcr_runs_with_conversations_is_scored_by_similarity_and_tabled(cli, sp
     scores = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
     assert len(scores) == 8 and {s["scorers"][0]["scorer"] for s in scores} == {"sequence_ratio"}
     assert {s["verdict"] for s in scores} == {"pass", "fail"}
-    (table,) = score_tables(collect([Run(run)]), 0.5, "sequence_ratio")
-    assert table["metric"] == "sequence_ratio" and [r["value"] for r in table["rows"]] == ["2", "4"]
+    data = collect([Run(run)])
+    (table,) = score_tables(data, 0.5)
+    assert data.metric.label == "similarity" and [r["value"] for r in table["rows"]] == ["2", "4"]

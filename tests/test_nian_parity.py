@@ -70,7 +70,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dict
          "question": "What did the cook read from?", "answer": "her book", "alternate_answers": None},
     ]  # fmt: skip
     (data / "full_questions.json").write_text(json.dumps(questions, indent=4))
-    text = (SPECS / "nian.yaml").read_text()
+    text = (SPECS / "nian.yaml").read_text().replace('"data:nian/', '"data/nian/')  # the files of this test
     grid = text[text.index("grid:") : text.index("prompt:")]
     small = "grid: {context_lengths: [1200, 2500], depths: [1, 50, 98], repeats: [1, 3]}\n"
     (folder / "nian.yaml").write_text(text.replace(grid, small))
@@ -123,21 +123,19 @@ def test_every_limerick_opening_is_used(compiled):
 
 
 def test_the_judges_are_five_on_nians_prompt_by_majority():
-    loaded = load_spec(str(SPECS / "nian.yaml")) if (SPECS / "data" / "nian" / "full_questions.json").exists() else None
-    text = (SPECS / "nian.yaml").read_text()
-    assert "prompt: nian" in text and "vote: majority" in text
-    assert loaded is None or len(loaded.data["scoring"][0]["judge"]["models"]) == 5
+    loaded = load_spec(str(SPECS / "nian.yaml"))  # on the stand-ins of NIAN's files in the tests' cache
+    judge = loaded.data["scoring"][0]["judge"]
+    assert judge["prompt"] == "nian" and judge["vote"] == "majority" and len(judge["models"]) == 5
 
 
-def test_missing_files_name_nians_repository(cli, monkeypatch):
-    if (SPECS / "data" / "nian" / "limerick_dataset_oedilf_v3.json").exists():
-        pytest.skip("NIAN's files are here")
+def test_missing_files_say_the_command_that_fetches_them(cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("NSPEC_CACHE_DIR", str(tmp_path / "empty"))
     monkeypatch.chdir(SPECS.parent)
     for command in ("validate", "plan"):
         result = cli(command, "specs/nian.yaml")
         assert result.code == 2
         assert (
-            "specs/nian.yaml:14:12: haystack.stack.items: no such file: 'data/nian/limerick_dataset_oedilf_v3.json' "
-            "(relative to the spec's folder); copy it from NIAN's repository, "
-            "https://github.com/llmonpy/needle-in-a-needlestack"
+            "specs/nian.yaml:14:12: haystack.stack.items: data:nian/limerick_dataset_oedilf_v3.json (Needle in a "
+            "Needlestack's limericks, the OEDILF's, and its vetted questions) is not in nspec's cache yet; fetch it "
+            "with: nspec data fetch nian"
         ) in result.err

@@ -1,15 +1,16 @@
-"""A third-party provider, added the way docs/providers.md says: one module and an `nspec.providers` entry point in
-its own (temporary) package, no change to nspec. A spec runs on it end to end against a tiny in-test server, and
-the error tree, the key check and resumption work for it as for the built-ins."""
+"""The worked provider of CONTRIBUTING.md, `examples/toy-provider`: a third party's provider, added the way
+docs/providers.md says (one module and an `nspec.providers` entry point in a distribution of its own, no change to
+nspec), installed with pip. Its API is its own, so a spec runs on it end to end against a tiny in-test server of that
+API; the error tree, the key check and resumption work for it as for the built-ins."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,92 +20,9 @@ import pytest
 
 from nspec.compiler.providers import registry as providers
 from tests.contract import assert_run_valid
+from tests.distributions import pip_install, reload_plugins
 
 # The provider module, as its author would write it: an HTTP API of one endpoint, POST /answer, no batch API.
-TOY_MODULE = '''
-"""toy: POST /answer {"model", "prompt", "max_tokens"} -> {"answer", "usage": [input, output]}; no batch API."""
-
-import asyncio
-import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from nspec.errors import UserError
-from nspec.compiler.providers.io import Credentials, Outcome, ShardLimits
-from nspec.compiler.providers.contract import model_name
-from nspec.runners.providers import BaseProvider, connection_error, request_failure, status_error
-
-
-class ToyLive:
-    def __init__(self, creds: Credentials) -> None:
-        self.creds = creds
-        self.url = (creds.base_url or "http://127.0.0.1:9") + "/answer"
-
-    def _post(self, body: dict[str, Any]) -> tuple[int, bytes, Mapping[str, str]]:
-        request = urllib.request.Request(
-            self.url,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "x-toy-key": self.creds.api_key},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, response.read(), dict(response.headers)
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read(), dict(exc.headers)
-
-    async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
-        body = line["body"]
-        try:
-            status, data, headers = await asyncio.to_thread(self._post, body)
-        except OSError as exc:
-            raise connection_error("toy", exc) from None
-        if status != 200:
-            error = status_error("toy", status, data.decode(), self.creds, body["model"])
-            failed = request_failure(line["custom_id"], error)
-            if failed is None:
-                raise error
-            return failed, headers
-        reply = json.loads(data)
-        return Outcome(line["custom_id"], "ok", reply["answer"], "stop", *reply["usage"]), headers
-
-    async def close(self) -> None:
-        pass
-
-
-class Toy(BaseProvider):
-    name = "toy"
-    request_format = "toy"
-    key_variables = ("TOY_API_KEY",)
-    priced = False
-
-    def has_batch(self, entry: Mapping[str, Any]) -> bool:
-        return False
-
-    def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
-        return ShardLimits(10_000, 1 << 24)
-
-    def request_line(self, entry, custom_id, prompt, params, max_tokens):
-        text = "\\n\\n".join(prompt.texts())
-        body = {"model": model_name(entry), "prompt": text, "max_tokens": max_tokens, **params}
-        return {"custom_id": custom_id, "body": body}
-
-    def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
-        return count(line["body"]["prompt"]) + line["body"]["max_tokens"]
-
-    def parse_result(self, line: Mapping[str, Any]) -> Outcome:
-        return Outcome(line["custom_id"], "ok", line["answer"], "stop", *line["usage"])
-
-    def batches(self, creds: Credentials) -> Any:
-        raise UserError("toy has no batch API")
-
-    def live(self, creds: Credentials, limits: Mapping[str, Any]) -> ToyLive:
-        return ToyLive(creds)
-
-
-PROVIDER = Toy()
-'''
 
 KEY = "toy-secret"
 
@@ -167,21 +85,22 @@ class ToyHandler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pip_install("toy-provider", tmp_path_factory.mktemp("site"))
+
+
 @pytest.fixture
-def toy_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The toy provider installed as a package of its own: its module and a dist-info naming the entry point."""
+def toy_package(installed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The toy provider as pip installed it, in a folder of the test's own (a test may break it), on the path."""
     site = tmp_path / "site"
-    info = site / "nspec_toy-0.1.dist-info"
-    info.mkdir(parents=True)
-    (site / "nspec_toy.py").write_text(textwrap.dedent(TOY_MODULE), encoding="utf-8")
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nspec-toy\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[nspec.providers]\ntoy = nspec_toy:PROVIDER\n", encoding="utf-8")
+    shutil.copytree(installed, site)
     monkeypatch.syspath_prepend(str(site))
-    providers.PROVIDERS.reload()
+    reload_plugins()
     yield site
     monkeypatch.undo()
     sys.modules.pop("nspec_toy", None)
-    providers.PROVIDERS.reload()
+    reload_plugins()
 
 
 @pytest.fixture
@@ -246,7 +165,7 @@ def test_a_fresh_process_finds_the_installed_plugin(toy_package, toy_server, tmp
 def test_a_plugin_that_fails_to_load_is_named(toy_package, cli, spec_file):
     (toy_package / "nspec_toy.py").write_text("raise ImportError('no module named toy_sdk')\n", encoding="utf-8")
     sys.modules.pop("nspec_toy", None)
-    providers.PROVIDERS.reload()
+    reload_plugins()
     path = spec_file(
         "nspec: 1\nname: t\nhaystack: {corpus: austen}\nneedles: [{text: a, question: b, answer: c}]\n"
         "grid: {context_lengths: [500]}\nprompt: {user: '{haystack} {question}'}\n"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nspec.cli import _Progress, _ProgressLines
 from nspec.events import Event, announce
+from nspec.progress import ProgressLines as _ProgressLines
+from nspec.progress import ProgressView as _Progress
 
 
 class Clock:

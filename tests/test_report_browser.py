@@ -13,7 +13,10 @@ import pytest
 
 from nspec.runners.report import build_report
 from nspec.runners.run_store import Run
+from tests.families import families  # noqa: F401 - a fixture
 from tests.test_audit import scored_run
+from tests.test_report_view import VIEW
+from tests.test_report_view import scored as scored_family
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(
@@ -101,6 +104,7 @@ def test_what_a_reader_sees(spec_file, tmp_path, runs):
     assert facts["length:legends"] == 1
     assert facts["listed"] >= 1 and facts["needle"] and facts["needle"].startswith("The special magic")
     assert facts["form"]["length"] == str(facts["clicked"]["length"])
+    assert " · depth " in facts["firstCell"]["title"] and facts["filters"][-1] == "axis-depth"
     assert facts["resources"] == []  # nothing fetched: everything is in the page
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console
 
@@ -121,4 +125,20 @@ def test_the_caching_section_is_on_screen(spec_file, tmp_path, monkeypatch):
     assert found["problems"] == [], found
     assert found["facts"]["cachingRows"] == 1
     assert "openai/gpt-4.1-mini" in found["facts"]["cachingText"] and "%" in found["facts"]["cachingText"]
+    assert not [line for line in console if "rror" in line or "Uncaught" in line], console
+
+
+@pytest.mark.usefixtures("families")
+def test_a_family_without_depths_is_browsed_by_its_own_axes(cli, spec_file, tmp_path):
+    """Its cells are titled and filtered by the axes its family declares, show its details, and no depth."""
+    run = scored_family(cli, spec_file, tmp_path, VIEW)
+    page = build_report([Run(run)])
+    found, console = render(page, tmp_path, checks=True)
+    assert found["problems"] == [], found
+    facts = found["facts"]
+    assert facts["filters"] == ["model", "verdict", "length", "axis-vocabulary"]
+    title = facts["firstCell"]["title"]
+    assert re.search(r" · (1K|1,500) tokens \([\d,]+ compiled\) · Words to count from [35] · trial [12]$", title)
+    assert "list length" in facts["firstCell"]["fields"] and "depth" not in title
+    assert "clicked" not in facts  # no heatmap to click
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console

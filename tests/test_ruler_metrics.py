@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nspec.runners.grading.grader import GradeInput, grade, scorer_verdicts
+from nspec.runners.grading.grader import Scoring, grade
+from nspec.scorers import GradeInput
 
 
 def postprocess_pred(predict_str: str, task_config: dict) -> str:
@@ -56,7 +57,7 @@ def scores(kind: str, answers: list[str], references: list[list[str]]) -> list[f
     for answer, refs in zip(answers, references, strict=True):
         # RULER's references: every one required (all), or any one (part: nspec's expected answer and alternates)
         inp = GradeInput(tuple(refs)) if kind == "string_match_all" else GradeInput((refs[0],), tuple(refs[1:]))
-        (verdict,) = scorer_verdicts(answer, inp, [{kind: True}])
+        (verdict,) = Scoring([{kind: True}]).verdicts(answer, inp)
         assert verdict.verdict == ("pass" if verdict.score == 1.0 else "fail")
         out.append(verdict.score)
     return out

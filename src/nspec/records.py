@@ -93,7 +93,7 @@ class ScorerVerdict(TypedDict):
 class VoteRecord(TypedDict):
     judge: str
     attempt: int
-    vote: str | None  # pass | fail | None: no verdict (an error, a refusal, an unreadable reply)
+    vote: str | None  # pass | fail | scored (score-10, no threshold) | None: no verdict (an error, a refusal, ...)
     detail: str
     reply: str
     pending: bool
@@ -109,7 +109,7 @@ class ScoreRecord(TypedDict):
     negative: bool
     scorers: list[ScorerVerdict]
     votes: list[VoteRecord]
-    verdict: str  # pass | fail | undecided | error
+    verdict: str  # pass | fail | scored (a score-10 panel without a threshold) | undecided | error
     score: float | None
     reason: str
     scorer_verdict: NotRequired[str]

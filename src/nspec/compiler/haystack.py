@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 from nspec import corpora
+from nspec.datasets import path_of
 from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, InputRefused, glob_files, open_regular, read_input
 
@@ -157,7 +158,8 @@ def _load_stack(
     fields = {**QUESTION_FIELDS, **stack.get("question_fields", {})}
     items: dict[str, str] = {}
     item_records: dict[str, Record] = {}  # where each item's text was read
-    for record in _records(os.path.join(base_dir, stack["items"]), stack["items"], inputs, confinement):
+    items_path = path_of(stack["items"], base_dir)
+    for record in _records(items_path, stack["items"], inputs, confinement):
         obj = record.value
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
@@ -167,7 +169,7 @@ def _load_stack(
         items[str(item_id)] = text.strip()
         item_records[str(item_id)] = record
     questions: list[StackQuestion] = []
-    questions_path = os.path.join(base_dir, stack["questions"])
+    questions_path = path_of(stack["questions"], base_dir)
     for record in _records(questions_path, stack["questions"], inputs, confinement):
         obj = record.value
         item, question, answer = obj.get(fields["item"]), obj.get(fields["question"]), obj.get(fields["answer"])
@@ -196,7 +198,7 @@ def _load_stack(
     filler = [item_id for item_id in items if item_id not in asked]
     if not filler:
         message = "has no items left to fill the stack once the question items are excluded"
-        raise SpecError([SpecIssue(Location(os.path.join(base_dir, stack["items"]), 1, 1), "", message)])
+        raise SpecError([SpecIssue(Location(items_path, 1, 1), "", message)])
     return HaystackSource(
         "stack",
         [items[i] for i in filler],

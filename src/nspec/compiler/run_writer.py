@@ -12,7 +12,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -188,18 +188,28 @@ def _lane(plan_lane: str) -> Lane:
     return next(lane for lane in LANES if lane == plan_lane.removesuffix("_cache"))
 
 
+LeftToJudges = Callable[[Mapping[str, Any]], float]  # a cell's record -> the share of such answers judges grade
+
+
 class JudgeTotals:
     """What grading every answer would ask of each judge of the panel: an upper bound, since the judges grade only
-    what the scorers leave undecided unless `when: always`."""
+    what the scorers leave undecided unless `when: always`; and, where the scorers are the default cascade alone
+    and ``left`` says what share of a cell's kind of answers it leaves undecided (its calibration), the expected
+    requests and cost."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        settings = next((s["judge"] for s in spec.get("scoring") or [] if "judge" in s), None)
+    def __init__(self, spec: dict[str, Any], left: LeftToJudges | None = None) -> None:
+        scoring = spec.get("scoring") or []
+        settings = next((s["judge"] for s in scoring if "judge" in s), None)
         self.models = [] if settings is None else models_of({"models": settings["models"]})
         self.always = settings is not None and settings.get("when", "undecided") == "always"
         self.prompt = judge_prompt(None if settings is None else settings.get("prompt"))
         self.words = 0 if settings is None else self.prompt.words_tokens(judge_rubric(settings))
+        scorers = [kind for entry in scoring for kind in entry if kind != "judge"]
+        self.left = left if scorers == ["auto"] and not self.always else None
         self.requests = 0
         self.input_tokens = 0
+        self.expected_requests = 0.0
+        self.expected_input_tokens = 0.0
 
     def add(self, cell: Cell) -> None:
         if not self.models:
@@ -210,29 +220,40 @@ class JudgeTotals:
             *record["expected"],
             *(n["text"] for n in record["needles"] if n["role"] == "target"),
         ]
+        counted = self.words + record["max_tokens"] + sum(map(encoding("o200k_base").count, texts))
         self.requests += 1
-        counted = sum(map(encoding("o200k_base").count, texts))
-        self.input_tokens += self.words + record["max_tokens"] + counted
+        self.input_tokens += counted
+        if self.left is not None:
+            share = self.left(record)
+            self.expected_requests += share
+            self.expected_input_tokens += share * counted
 
     def as_list(self) -> list[dict[str, Any]]:
         out = []
         for model in self.models:
             price = price_for(model.model_id, model.entry.get("price"))
             mode = effective_mode(model)
-            usage = Usage(self.input_tokens, self.requests * judge_budget(model, self.prompt.answer_tokens)[1])
+            budget = judge_budget(model, self.prompt.answer_tokens)[1]
+            usage = Usage(self.input_tokens, self.requests * budget)
             lane: Lane = "batch" if mode == "batch" else "flex" if mode == "flex" else "live"
-            out.append(
-                {
-                    "label": model.label,
-                    "id": model.model_id,
-                    "mode": mode,
-                    "requests": self.requests,
-                    "input_tokens": self.input_tokens,
-                    "output_tokens_max": usage.output_tokens,
-                    "bound": "exact" if self.always else "at most",
-                    "cost_usd": None if price is None else _round(price.cost(usage, lane)),
+            row: dict[str, Any] = {
+                "label": model.label,
+                "id": model.model_id,
+                "mode": mode,
+                "requests": self.requests,
+                "input_tokens": self.input_tokens,
+                "output_tokens_max": usage.output_tokens,
+                "bound": "exact" if self.always else "at most",
+                "cost_usd": None if price is None else _round(price.cost(usage, lane)),
+            }
+            if self.left is not None:
+                expected = Usage(round(self.expected_input_tokens), round(self.expected_requests * budget))
+                row["expected"] = {
+                    "requests": round(self.expected_requests),
+                    "share": round(self.expected_requests / self.requests, 4) if self.requests else 0.0,
+                    "cost_usd": None if price is None else _round(price.cost(expected, lane)),
                 }
-            )
+            out.append(row)
         return out
 
 
@@ -489,13 +510,14 @@ def plan(
     confinement: Confinement | None = None,
     max_cells: int = DEFAULT_MAX_CELLS,
     counts: CountsFile | None = None,
+    left_to_judges: LeftToJudges | None = None,
 ) -> Plan:
     """Every cell made and counted, nothing written. Haystack files outside ``confinement`` are refused; a grid of
     more than ``max_cells`` cells is refused before any work; models with ``counts`` are fitted and counted in
-    them."""
+    them; ``left_to_judges`` estimates the judges' share of the answers (`JudgeTotals`)."""
     compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.PLAN, counts)
     totals = {m.label: ModelTotals(m) for m in compilation.models}
-    judges = JudgeTotals(spec)
+    judges = JudgeTotals(spec, left_to_judges)
     for cell in compilation.cells():
         totals[cell.model.label].add(cell)
         judges.add(cell)

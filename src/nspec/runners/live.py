@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nspec import interrupt
 from nspec.compiler.providers.io import Credentials, Outcome, RateHeaders
 from nspec.compiler.providers.registry import provider
 from nspec.compiler.tokenizers import encoding
@@ -302,7 +303,32 @@ async def run_live(
     than can be in flight wait their turn), so a run of any size holds only those. A refusal stops the run: requests
     still in flight are abandoned unrecorded. Once ``stop()`` is true no request is sent any more (those in flight
     come back and are recorded); the requests of a model closed for this run (see the module's doc) are left
-    pending."""
+    pending. When the user asks to stop (`nspec.interrupt`), the requests in flight are dropped unrecorded within a
+    fraction of a second, and `Interrupted` is raised."""
+    with interrupt.watching():
+        sending = asyncio.ensure_future(_send_all(settings, requests, on_result, stop, on_wait))
+        watcher = asyncio.ensure_future(_until_interrupted())
+        await asyncio.wait({sending, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        watcher.cancel()
+        if not sending.done():
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+            raise interrupt.Interrupted("live requests stopped")
+        return sending.result()
+
+
+async def _until_interrupted() -> None:
+    while not interrupt.requested():
+        await asyncio.sleep(0.1)
+
+
+async def _send_all(
+    settings: dict[str, CallerSettings],
+    requests: Iterable[LiveRequest],
+    on_result: Callable[[LiveRequest, Outcome], None],
+    stop: Callable[[], bool],
+    on_wait: Callable[[str, float, str], None],
+) -> LiveReport:
     callers: dict[str, LiveCaller] = {}  # made at a model's first request: only models with requests need clients
 
     async def one(request: LiveRequest) -> None:

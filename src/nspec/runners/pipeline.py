@@ -22,19 +22,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.providers.contract import model_name
 from nspec.compiler.providers.credentials import Destination, destination
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
 from nspec.compiler.run_writer import plan as plan_run
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing
 from nspec.events import Event, Listener, ignore
+from nspec.runners import rehearsal
 from nspec.runners.export import Exported, export_vllm
+from nspec.runners.grading import calibration
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
+from nspec.runners.model_check import check_models
 from nspec.runners.run_store import Run, check_results, exclusive
 from nspec.runners.session import Session, failure_summary, grade, set_scoring, stage_status, stages
 from nspec.spec import LoadedSpec, load_spec, located_cells
 from nspec.spec.provenance import describe
+from nspec.spec.yamlsource import SourceMap, read_document
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Compiled:
     run_id: str
     created: bool  # False when an identical run directory already existed
     destinations: list[Destination]  # where the run's requests (answers and judges) go, and with which keys
+    source: SourceMap | None = None  # where each value of the spec was written (its files and lines)
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ def compile_spec(
         result = compile_run(
             loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
         )
-    return Compiled(result.path, result.path.name, result.created, destinations(loaded.data))
+    return Compiled(result.path, result.path.name, result.created, destinations(loaded.data), loaded.source)
 
 
 def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned:
@@ -124,7 +130,9 @@ def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned
     and judge, where the requests go, and the spec's provenance. A grid of more than ``max_cells`` cells is
     refused."""
     with located_cells(loaded):
-        planned = plan_run(loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts)
+        planned = plan_run(
+            loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts, calibration.left_to_judges
+        )
     sends = destinations(loaded.data)
     where = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
     return Planned(
@@ -134,12 +142,8 @@ def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned
 
 def destinations(spec: dict[str, Any]) -> list[Destination]:
     """Where a resolved spec's requests go — its models' and its judges' — and which key variable each reads."""
-    entries = list(spec["models"])
-    for scorer in spec.get("scoring", []):
-        if "judge" in scorer:
-            entries += scorer["judge"]["models"]
     seen: dict[str, Destination] = {}
-    for entry in entries:
+    for entry in _entries(spec):
         found = destination(entry)
         seen.setdefault(found.model, found)
     return list(seen.values())
@@ -165,14 +169,18 @@ def submit(
     wait_lock: bool = False,
     announce: bool = True,
     max_usd: float | None = None,
+    source: SourceMap | None = None,
 ) -> Sent:
     """Upload and create the batches not yet created, and run live and local models; safe to repeat. First, a
     `destinations` event says where requests go (``announce``). With a budget (``max_usd``, else the spec's
     `budget.max_usd`), work whose estimate is over it is refused before anything is sent, and live calls stop
-    when they have cost that much."""
+    when they have cost that much. A model its provider's list lacks is refused first (`runners.model_check`),
+    located in ``source`` (the spec the user wrote), else in the run's spec.yaml."""
     with _lock(run, wait_lock, events):
         opened = Run(run)
         cap = budget(opened, max_usd)
+        where = source or read_document(str(opened.paths.spec)).source
+        check_models(opened, lambda i: where.value(("models", i, "id")))
         if announce:
             _announce(opened.spec, events)
         session = Session.open(str(run), live_backoff, events=events, max_usd=cap)
@@ -309,15 +317,49 @@ def run(
     max_usd: float | None = None,
     max_wait: float | None = None,
     retry_errors: bool = False,
+    emulator: bool = False,
 ) -> Ran:
     """Compile, submit, collect, score and report; calling it again continues where it stopped. Without ``wait``
     it returns as soon as something is pending (``Ran.pending``); with it, waiting gives up after ``max_wait``
     seconds or when the same failure keeps coming back. ``retry_errors`` first sends again the requests whose final
-    result is an error that trying again may fix."""
+    result is an error that trying again may fix. With ``emulator``, a rehearsal (`runners.rehearsal`): the run
+    goes to the emulator, in a run directory of its own."""
+    out = Path(out) / rehearsal.FOLDER if emulator else out
     compiled = compile_spec(spec_file, out, allowed, max_cells)
     path = compiled.path
-    events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
-    events(Event("compiled", detail=str(path)))
+    if not emulator:
+        events(Event("destinations", detail="; ".join(str(d) for d in compiled.destinations)))
+        events(Event("compiled", detail=str(path)))
+        return _run(path, wait, events, wait_lock, max_usd, max_wait, retry_errors, compiled.source)
+    spec = Run(path).spec
+    served = [model_name(e) for e in _entries(spec) if str(e["id"]).split("/", 1)[0] in ("local", "openai-compatible")]
+    with rehearsal.emulator(path, served) as root:
+        said = f"every model → the emulator at {root} (a rehearsal: no key, nothing paid)"
+        events(Event("destinations", detail=said))
+        events(Event("compiled", detail=str(path)))
+        return _run(path, wait, events, wait_lock, max_usd, max_wait, retry_errors, compiled.source)
+
+
+def _entries(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model entries of a resolved spec: its models', then its judges'."""
+    entries = list(spec["models"])
+    for scorer in spec.get("scoring", []):
+        if "judge" in scorer:
+            entries += scorer["judge"]["models"]
+    return entries
+
+
+def _run(
+    path: Path,
+    wait: bool,
+    events: Listener,
+    wait_lock: bool,
+    max_usd: float | None,
+    max_wait: float | None,
+    retry_errors: bool,
+    source: SourceMap | None,
+) -> Ran:
+    """`run`'s stages after the compile."""
     started = time.monotonic()
 
     def left() -> float | None:
@@ -334,7 +376,7 @@ def run(
                     session.retry_errors()
                 finally:
                     session.close()
-        sent = submit(path, events, announce=False, max_usd=max_usd)
+        sent = submit(path, events, announce=False, max_usd=max_usd, source=source)
         got = collect(path, wait, events, max_wait=left())
         if got.pending:
             return Ran(path, sent, got)

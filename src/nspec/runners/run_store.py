@@ -22,13 +22,15 @@ from ruamel.yaml.error import YAMLError
 from nspec import jsonl
 from nspec.compiler.prices import Lane, price_for
 from nspec.compiler.prices import Usage as TokenUsage
-from nspec.compiler.providers.contract import request_id
-from nspec.compiler.providers.io import Outcome
+from nspec.compiler.providers.contract import model_name, request_id
+from nspec.compiler.providers.credentials import credentials
+from nspec.compiler.providers.io import Credentials, Outcome
 from nspec.errors import RunBusy, UserError, writing
 from nspec.records import CellRecord, Manifest, ResultRecord, ScoreRecord, Shard, Usage
 from nspec.run_layout import RunPaths
 from nspec.runners.failpoints import failpoint
 from nspec.runners.ledger import Ledger
+from nspec.runners.rehearsal import emulator_of, rehearsed
 from nspec.secrets import redact
 
 
@@ -39,6 +41,11 @@ class RunModel:
     mode: str  # batch | live
     entry: dict[str, Any]  # the model's entry of the resolved spec
     shards: list[Shard]  # from the manifest
+
+    def credentials(self) -> Credentials:
+        """The key and address its requests go with, its provider's (a rehearsal's local model is asked through
+        OpenAI's API: `runners.rehearsal`)."""
+        return credentials({**self.entry, "id": f"{self.provider}/{model_name(self.entry)}"})
 
 
 # What one result cost (None: unknown) from its model, how it was obtained (`source.kind`) and its usage, as
@@ -68,9 +75,11 @@ class Run:
                 return []
             listed = manifest["models"]
             entries = {m["label"]: m["entry"] for m in listed}
-        return [
+        models = [
             RunModel(m["label"], m["id"].split("/", 1)[0], m["mode"], entries[m["label"]], m["shards"]) for m in listed
         ]
+        emulator = emulator_of(self.path)  # a rehearsal: every model goes to the emulator
+        return models if emulator is None else [rehearsed(m, emulator) for m in models]
 
     def ledger(self) -> Ledger:
         return Ledger(self.paths.ledger)

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from nspec import interrupt
 from nspec.compiler.prices import price_for
-from nspec.compiler.providers.credentials import credentials
 from nspec.compiler.providers.io import Outcome
 from nspec.errors import BudgetSpent, StillFailing, UserError
 from nspec.events import Event, Listener, ignore
@@ -68,9 +68,7 @@ class Session:
         batch = BatchRunner(run, ledger, stage)
         attempts, _ = run.retry_policy()
         callers = {
-            m.label: CallerSettings(
-                m.provider, credentials(m.entry), m.entry.get("rate_limits", {}), attempts, live_backoff
-            )
+            m.label: CallerSettings(m.provider, m.credentials(), m.entry.get("rate_limits", {}), attempts, live_backoff)
             for m in run.models(stage)
         }
         return cls(run, ledger, batch, callers, stage, events, max_usd)
@@ -119,7 +117,7 @@ class Session:
                     "again to continue",
                 )
             self.events(Event("waiting", self.stage, pending=progress.pending, delay=delay))
-            time.sleep(delay)
+            _sleep(delay)
             progress = self._collect_once()
             delay = min(high, delay * 1.5)
         return progress
@@ -265,6 +263,11 @@ class Session:
 
         try:
             report = asyncio.run(run_live(self.callers, requests(), on_result, over_budget, on_wait))
+        except interrupt.Interrupted:
+            raise interrupt.Interrupted(
+                f"{progress.collected} of the {total} {label} requests sent now came back and are saved in "
+                f"{results.path}; those not back yet are asked again when the run goes on"
+            ) from None
         finally:
             self.events(Event("live-end", self.stage, label))
         progress.rate_limited += report.rate_limited
@@ -302,6 +305,17 @@ class Session:
     def poll_schedule(self) -> tuple[float, float]:
         poll = self.run.spec.get("run", {}).get("poll", {})
         return float(poll.get("min_seconds", 10)), float(poll.get("max_seconds", 300))
+
+
+def _sleep(seconds: float) -> None:
+    """Wait between two polls, stopping at once when the user asks (`nspec.interrupt`): the batches go on at their
+    providers, and the next run collects them."""
+    until = time.monotonic() + seconds
+    with interrupt.watching():
+        while (left := until - time.monotonic()) > 0:
+            if interrupt.requested():
+                raise interrupt.Interrupted("stopped waiting; the batches go on at their providers")
+            time.sleep(min(0.1, left))
 
 
 # Error codes of results written before results said whether they may be retried, that trying again may fix.

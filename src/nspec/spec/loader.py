@@ -23,6 +23,7 @@ from nspec.compiler.json_input import DataError, Source, decode
 from nspec.compiler.judge_prompts import judge_prompt
 from nspec.compiler.providers.registry import provider
 from nspec.compiler.tasks import registry
+from nspec.datasets import is_reference
 from nspec.errors import CellError, Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, read_input
 from nspec.spec import checks
@@ -194,7 +195,7 @@ def _rebase_paths(data: dict[str, Any], source: SourceMap, root: str) -> None:
     to_dir = os.path.dirname(root)
     for container, key, path in _path_places(data):
         written, value = source.value(path).file, container[key]
-        if isinstance(value, str) and written != root:
+        if isinstance(value, str) and written != root and not is_reference(value):  # a data set is no folder's
             container[key] = os.path.relpath(os.path.join(os.path.dirname(written), value), to_dir or ".")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from nspec.compiler.haystack import haystack_paths
 from nspec.compiler.tasks import registry
+from nspec.datasets import path_of
 from nspec.spec import LoadedSpec
 from nspec.spec.loader import counts_file
 
@@ -23,7 +24,7 @@ def input_files(loaded: LoadedSpec) -> list[tuple[str, str]]:
         files += [(p, "haystack") for p in haystack_paths(haystack, loaded.base_dir, loaded.confinement)]
     files += [(path, "data") for path in family_data_files(loaded.data, loaded.base_dir)]
     if "stack" in haystack:
-        files += [(os.path.join(loaded.base_dir, haystack["stack"][k]), "stack") for k in ("items", "questions")]
+        files += [(path_of(haystack["stack"][k], loaded.base_dir), "stack") for k in ("items", "questions")]
     if loaded.counts is not None:
         files.append((counts_file(loaded.file), "counts"))
     return [(os.path.normpath(path), role) for path, role in files]

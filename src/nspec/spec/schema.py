@@ -1,4 +1,11 @@
-"""The spec's JSON Schema: where it is, validation with located messages, and filling in its defaults."""
+"""The spec's JSON Schema: where it is, validation with located messages, and filling in its defaults.
+
+The schema's scorers are the installed ones (`nspec.scorers`): each scorer declares the schema of its options. The
+shipped file, spec.v1.json, is for editors: its `$defs.scorer` is generated from the scorers installed when it was
+written (`editor_schema`; `nspec schema --write`), and a test keeps it equal to what nspec's own give. A spec is
+validated against the same schema with that part open (`$defs.scorer` takes any one key), and each scoring entry
+against its own scorer's options (`nspec.spec.checks.scorers`), so that a scorer only matters to specs that name it.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from nspec.errors import SpecIssue
+from nspec.scorers import JUDGE, SCORERS, Scorer
 from nspec.spec.yamlsource import Path, SourceMap, explain_scalar, format_path
 
 SCHEMA_FILE = "spec.v1.json"
@@ -36,13 +44,48 @@ def schema_path() -> FsPath:
 
 @functools.cache
 def spec_schema() -> dict[str, Any]:
+    """The shipped schema, for editors."""
     schema: dict[str, Any] = json.loads(resources.files("nspec.schemas").joinpath(SCHEMA_FILE).read_text("utf-8"))
     return schema
 
 
+def editor_schema(scorers: Mapping[str, Scorer]) -> dict[str, Any]:
+    """The spec schema with ``scorers`` (name to scorer: the installed ones, `SCORERS.all()`) as its scorers, each
+    with the schema of its options, beside the judge: what editors read (spec.v1.json ships it for nspec's own)."""
+    listed: dict[str, Any] = {name: dict(scorers[name].options_schema) for name in sorted(scorers)}
+    scorer = {
+        "description": "One scorer: an object with exactly one key naming its kind.",
+        "type": "object",
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 1,
+        "properties": {**listed, JUDGE: {"$ref": "#/$defs/judge"}},
+    }
+    return {**spec_schema(), "$defs": {**spec_schema()["$defs"], "scorer": scorer}}
+
+
+def schema_text(schema: Mapping[str, Any]) -> str:
+    """A schema as the shipped file writes it."""
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+@functools.cache
+def _checked_schema() -> dict[str, Any]:
+    """What a spec is validated against: the shipped schema with a scoring entry open to any one scorer (the judge's
+    entry checked here, a scorer's by its own schema: `nspec.spec.checks.scorers`)."""
+    shipped = spec_schema()
+    entry = {
+        "description": shipped["$defs"]["scorer"]["description"],
+        "type": "object",
+        "properties": {JUDGE: {"$ref": "#/$defs/judge"}},
+    }
+    scoring = {**shipped["properties"]["scoring"], "items": entry}
+    return {**shipped, "properties": {**shipped["properties"], "scoring": scoring}}
+
+
 @functools.cache
 def _validator() -> Draft202012Validator:
-    return Draft202012Validator(spec_schema())
+    return Draft202012Validator(_checked_schema())
 
 
 def schema_issues(data: Any, source: SourceMap) -> list[SpecIssue]:
@@ -229,14 +272,26 @@ def _did_you_mean(name: str, options: list[str], known_list: bool = False) -> st
     return f"; allowed keys: {', '.join(options)}" if known_list and options else ""
 
 
-def fill_defaults(data: Any, schema: dict[str, Any] | None = None) -> Any:
-    """A copy of ``data`` with every absent property that has a schema default set to it, at any depth."""
-    schema = _deref(schema if schema is not None else spec_schema())
+def fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a valid spec with every absent property that has a schema default set to it, at any depth: its
+    scorers' options by their own schemas."""
+    filled: dict[str, Any] = _filled(data, _checked_schema())
+    if isinstance(filled.get("scoring"), list):
+        filled["scoring"] = [
+            entry if JUDGE in entry else {kind: _filled(options, SCORERS.get(kind).options_schema)}
+            for entry in filled["scoring"]
+            for kind, options in entry.items()
+        ]
+    return filled
+
+
+def _filled(data: Any, schema: Mapping[str, Any]) -> Any:
+    schema = _deref(dict(schema))
     for key in ("oneOf", "anyOf"):
         for branch in schema.get(key, []):
             branch = _deref(branch)
             if "type" in branch and _is_type(data, branch["type"]):
-                return fill_defaults(data, branch)
+                return _filled(data, branch)
     if isinstance(data, dict):
         props = schema.get("properties", {})
         extra = schema.get("additionalProperties")
@@ -244,13 +299,13 @@ def fill_defaults(data: Any, schema: dict[str, Any] | None = None) -> Any:
         for name, sub in props.items():
             sub = _deref(sub)
             if name in data:
-                out[name] = fill_defaults(data[name], sub)
+                out[name] = _filled(data[name], sub)
             elif "default" in sub:
                 out[name] = json.loads(json.dumps(sub["default"]))
         for name, value in data.items():
             if name not in props:
-                out[name] = fill_defaults(value, extra) if isinstance(extra, dict) else value
+                out[name] = _filled(value, extra) if isinstance(extra, dict) else value
         return out
     if isinstance(data, list) and isinstance(schema.get("items"), dict):
-        return [fill_defaults(item, schema["items"]) for item in data]
+        return [_filled(item, schema["items"]) for item in data]
     return data

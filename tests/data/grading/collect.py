@@ -14,7 +14,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from nspec.runners.grading.grader import needle_text
+from nspec.scorers import needle_text
 
 HERE = Path(__file__).resolve().parent
 SET = HERE / "answers.jsonl"

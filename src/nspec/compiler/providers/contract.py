@@ -244,6 +244,10 @@ class Provider(Protocol):
         """Its count-tokens endpoint (only where `count_request` gives a body)."""
         ...
 
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """The models it serves, from its free list of them (None: no list nspec reads)."""
+        ...
+
     def rate_headers(self, headers: Mapping[str, str]) -> RateHeaders: ...
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from nspec.datasets import path_of
 from nspec.errors import UserError
 from nspec.inputs import Confinement, read_input
 
@@ -43,7 +44,8 @@ class ParamError(UserError):
 class Setup:
     """What a family's task is made from: the resolved spec (read only), the family's parameters at one point of
     `grid.params`, and the haystack when the family reads one. A family reads a file its parameters name only through
-    `read`: relative to the spec's folder, inside its confinement, and counted into the compile hash."""
+    `read`: relative to the spec's folder (or a data set's, `data:...`), inside its confinement, and counted into the
+    compile hash."""
 
     spec: Mapping[str, Any]
     params: Mapping[str, Any]
@@ -56,7 +58,10 @@ class Setup:
     def read(self, key: str, limit: int) -> bytes:
         """The bytes of the file the parameter ``key`` names; a `ParamError` at that key when it cannot be read."""
         name = str(self.params[key])
-        path = os.path.join(self.base_dir, name)
+        try:
+            path = path_of(name, self.base_dir)
+        except UserError as exc:
+            raise ParamError((key,), str(exc)) from None
         outside = self.confinement.problem(path) if self.confinement is not None else None
         if outside is not None:
             raise ParamError((key,), f"{name} {outside}")
@@ -224,9 +229,8 @@ class Family:
         """The files its tasks read at ``points`` of `grid.params`, for the manifest's provenance: by default, those
         its path parameters name."""
         named = (str(p[k]) for p in points for k in self.path_params if k in p)
-        return list(
-            dict.fromkeys(os.path.normpath(os.path.join(base_dir, v)) for v in named if v not in self.built_in_names)
-        )
+        paths = (os.path.normpath(path_of(v, base_dir)) for v in named if v not in self.built_in_names)
+        return list(dict.fromkeys(paths))
 
     def view(self, sweeps: Sequence[str]) -> dict[str, Any]:
         """How the report shows its cells (the manifest's `task.view`): its axes then the swept parameters, the

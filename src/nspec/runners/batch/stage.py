@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nspec.compiler.providers.credentials import credentials
 from nspec.compiler.providers.io import BatchClient, BatchView
 from nspec.compiler.providers.registry import provider
 from nspec.errors import MalformedResponse
@@ -43,7 +42,7 @@ class BatchStage:
         self.name = stage
         self.models = [m for m in run.models(stage) if m.mode == "batch"]
         # Every key and package is checked before anything is uploaded.
-        creds = {m.label: credentials(m.entry) for m in self.models}
+        creds = {m.label: m.credentials() for m in self.models}
         self.clients: dict[str, BatchClient] = {
             m.label: provider(m.provider).batches(creds[m.label]) for m in self.models
         }

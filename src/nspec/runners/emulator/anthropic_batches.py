@@ -168,7 +168,7 @@ def advance(store: Store, batch: dict[str, Any], config: EmulatorConfig, now: fl
     with store.lock:
         if batch["final"] is not None:  # another look ended it meanwhile
             return
-        moved = spool.advance(store, batch["work"], done, answer)
+        moved = spool.advance(store, batch["work"], done, answer, config.timing.look_seconds)
         if now >= end and batch["work"]["answered"] >= done:  # ends once the answering has caught up
             names = {"results": (f"{batch['id']}_results.jsonl", "batch_results", "results-")}
             kept = spool.finish(store, batch["work"], unreached, f"{config.seed}:{batch['id']}", names, int(end))

@@ -150,7 +150,7 @@ def _advance(
         if job["final"] is not None:  # another look ended it meanwhile
             return
         work = job["work"]
-        moved = spool.advance(store, work, done, answer)
+        moved = spool.advance(store, work, done, answer, config.timing.look_seconds)
         if now >= end and work["answered"] >= done:  # ends once the answering has caught up
             names = {name: (f"{job['id']}-{name}_file.jsonl", "batch_result", "") for name in ("output", "error")}
             kept = spool.finish(store, work, None, f"{config.seed}:{job['id']}", names, int(end))

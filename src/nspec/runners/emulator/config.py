@@ -27,6 +27,10 @@ class Timing:
     cancel_seconds: float = 0.2
     completion_window_seconds: float = 24 * 3600
     live_latency_seconds: float = 0.0  # how long every live call takes to answer
+    # The longest one look at a batch (a poll, or the worker between polls) answers for, so that a poll comes back in
+    # about this long however far the clock has run ahead of the answering; null: a look answers all it reached (a
+    # test's stepped clock, where what a poll shows must not depend on the machine's speed).
+    look_seconds: float | None = 0.5
 
     @classmethod
     def realistic(cls) -> Timing:

@@ -170,7 +170,7 @@ def _advance(store: Store, job: dict[str, Any], config: EmulatorConfig, now: flo
         if job["final"] is not None:  # another look ended it meanwhile
             return
         work = job["work"]
-        moved = spool.advance(store, work, done, answer)
+        moved = spool.advance(store, work, done, answer, config.timing.look_seconds)
         if now >= end and work["answered"] >= done:  # ends once caught up; what finished has a line, in input order
             names = {"responses": (f"{job['id']}-responses.jsonl", "batch_output", "")}
             kept = spool.finish(store, work, None, None, names, int(end))

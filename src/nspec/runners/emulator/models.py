@@ -100,6 +100,12 @@ def served(provider: str, model: str, extra: list[str]) -> bool:
     return _SNAPSHOT.sub("", model) in _catalog(provider) or model in _catalog(provider)
 
 
+def listed(provider: str, extra: list[str]) -> list[str]:
+    """The models the emulated ``provider`` (openai or anthropic) lists at `GET /v1/models`: its catalog and the
+    config's names (dated snapshots are served, not listed)."""
+    return sorted({*_catalog(provider), *extra})
+
+
 def openai_refusal(model: str) -> dict[str, dict[str, Any]]:
     """OpenAI's error body for a model it does not have (status 404)."""
     message = f"The model `{model}` does not exist or you do not have access to it."

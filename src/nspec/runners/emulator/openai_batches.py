@@ -308,7 +308,7 @@ def _answer(
         return "output", {**line, "response": _response(200, answer), "error": None}, counts
 
     with store.lock:
-        if spool.advance(store, batch["work"], upto, answer):
+        if spool.advance(store, batch["work"], upto, answer, config.timing.look_seconds):
             store.save()
 
 

@@ -7,7 +7,8 @@
 - `cells` replies from a compiled run's cells.jsonl: a cell's expected answers (the `not_found` reply for a negative
   control), found by its custom_id in a batch and by its last user message in a live call; whatever is not one of
   its cells (a judge's prompt) the oracle answers. Every task family runs end to end offline with it; `degrade:
-  {miss_rate}` makes it miss a seeded share of the cells.
+  {miss_rate}` makes it miss a seeded share of the cells. The default, `oracle`, is the same over the runs it is told
+  of (`nspec run --emulator` tells it its own: `learn`), so a rehearsal answers every family right.
 - `local` replies with the local engine's model (greedy, within the request's max_tokens): real answers on the
   batch and live paths. It answers as fast as the model runs, seconds per long prompt, while the route waits.
 """
@@ -18,6 +19,7 @@ import bisect
 import hashlib
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -279,13 +281,20 @@ class LocalModel:
 
 
 class Recorded:
-    """The answers a compiled run expects (its cells.jsonl), by request id or by the request's last user message."""
+    """The answers compiled runs expect (their cells.jsonl), by request id or by the request's last user message;
+    the oracle's for anything else."""
 
-    def __init__(self, config: ResponderConfig, oracle: Oracle) -> None:
+    def __init__(self, config: ResponderConfig, oracle: Oracle, runs: list[str]) -> None:
         self.config = config
         self.oracle = oracle
-        self._answers: dict[str, str] | None = None  # cell id → reply
+        self._runs = list(runs)  # the runs not read yet
+        self._answers: dict[str, str] = {}  # cell id → reply
         self._by_prompt: dict[str, str] = {}  # digest of a request's last user message → cell id
+        self._lock = threading.Lock()  # the routes and the batch worker answer from it at once
+
+    def learn(self, run: str) -> None:
+        """Answer the cells of the run directory ``run`` too (read at the next request)."""
+        self._runs.append(run)
 
     def answer(
         self, system: str | None, messages: list[dict[str, Any]], key: str, max_tokens: int, model: str = ""
@@ -303,13 +312,16 @@ class Recorded:
         return Reply(answers[cid], answers[cid] != self.config.not_found)
 
     def _load(self) -> dict[str, str]:
-        """Read the run's cells and request files once, at the first request."""
-        if self._answers is not None:
-            return self._answers
-        run = Path(self.config.run)
+        """Read the cells and request files of the runs not read yet, at the first request after each is told."""
+        with self._lock:
+            while self._runs:
+                self._read(Path(self._runs.pop(0)))
+        return self._answers
+
+    def _read(self, run: Path) -> None:
         if not (run / "cells.jsonl").is_file():
             raise UserError(f"the cells responder reads a compiled run directory; {run} has no cells.jsonl")
-        answers: dict[str, str] = {}
+        answers = self._answers
         shards: set[str] = set()
         with open(run / "cells.jsonl", encoding="utf-8") as fh:
             for line in fh:
@@ -325,8 +337,6 @@ class Recorded:
                     text = _last_user(request)
                     if text is not None:
                         self._by_prompt[_digest(text)] = str(request.get("custom_id", request.get("key")))
-        self._answers = answers
-        return answers
 
 
 def _digest(text: str) -> str:
@@ -354,11 +364,11 @@ def _unit(seed: int, key: str) -> float:
 
 def make_responder(config: ResponderConfig, seed: int, count_tokens: Any) -> Responder:
     if config.kind == "oracle":
-        return Oracle(config, seed, count_tokens)
+        return Recorded(config, Oracle(config, seed, count_tokens), [])
     if config.kind == "cells":
         if not config.run:
             raise UserError("the cells responder needs the run directory it answers from (responder.run, or --answers)")
-        return Recorded(config, Oracle(config, seed, count_tokens))
+        return Recorded(config, Oracle(config, seed, count_tokens), [config.run])
     if config.kind == "echo":
         return Echo()
     if config.kind == "local":

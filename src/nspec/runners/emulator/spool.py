@@ -1,7 +1,7 @@
 """A batch's requests answered a line at a time as its schedule reaches them, in bounded memory.
 
 The requests stay in a file of the store, one JSON object per line. Each look at the batch (a poll, or the emulator's
-worker between polls) answers the requests its clock says are done since the last look, for at most `LOOK_SECONDS`,
+worker between polls) answers the requests its clock says are done since the last look, for at most `look_seconds`,
 appending result lines to spool files (one per result file the API has: OpenAI's output and error files,
 Anthropic's results). A batch ends only once all it reached is answered; then the requests never reached get their
 leftover line (where the API writes one), and each spool is rewritten in shuffled order (the services promise no
@@ -50,17 +50,12 @@ def requests(store: Store, file_id: str, offset: int = 0) -> Iterator[tuple[int,
                 yield offset, json.loads(line)
 
 
-# The longest one look at a batch answers for: a poll comes back in about this long however far the clock has run
-# ahead of the answering, and the emulator's worker answers the rest between polls, as a service does.
-LOOK_SECONDS = 0.5
-
-
 def advance(
     store: Store,
     work: dict[str, Any],
     upto: int,
     answer: Callable[[int, dict[str, Any]], Answered],
-    budget: float | None = LOOK_SECONDS,
+    budget: float | None,
 ) -> bool:
     """Answer the requests before index ``upto`` not answered yet, for at most ``budget`` seconds (None: all);
     `work["answered"]` says how far it got. False when there was nothing to answer."""

@@ -1,6 +1,6 @@
 """The emulator's worker: between polls it looks at every batch not ended, as a service works on its batches whether
 or not anyone asks, so a poll finds the work done instead of doing it (each look answers for at most
-`spool.LOOK_SECONDS`, holding the store's lock that long at most)."""
+the timing's `look_seconds`, holding the store's lock that long at most)."""
 
 from __future__ import annotations
 

@@ -11,8 +11,13 @@ import gzip
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
+
+# Answers longer than this are not read (an answer runs to a few thousand characters; one far longer is a model
+# that did not stop): their verdict is left to the judges.
+LONGEST = 20_000
+TOO_LONG = f"longer than {LONGEST:,} characters: not read"
 
 # Function words and the scaffolding of answers about a text ("according to the limerick, ..."): never evidence.
 _STOP_WORDS = """
@@ -51,7 +56,7 @@ _SAYER = r"""(?:text|texts|context|document|documents|passage|passages|limerick|
     |story|stories|entry|entries|information|excerpt|source|sources|it|this|they|these)"""
 _NOT_THERE = re.compile(
     rf"""
-    \b{_SAYER}\b(?:\s+[\w'-]+){{0,6}}?\s+(?:does|do|did|is|are|was|were|has|have|am)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}?
+    \b{_SAYER}\b(?:\s+[\w'.-]+){{0,6}}?\s+(?:does|do|did|is|are|was|were|has|have|am)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}?
         (?:contain|mention|say|state|specify|provide|include|indicate|reveal|give|tell|describe|discuss|address
           |offer|explain|identify|name|list|refer|record|show|see|find|know|seem|appear|clarify|answer)
     | \b(?:i|we)\b(?:\s+[\w'-]+){{0,3}}?\s+(?:do|did|have|am)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}?
@@ -65,7 +70,7 @@ _NOT_THERE = re.compile(
         (?:cannot|can't|can\s+not|could\s*not|couldn't|unable\s+to|not\s+able\s+to)\s+
           (?:\w+\s+){{0,2}}?(?:find|locate|determine|answer|identify|tell|say|provide|see|confirm|know|be\s+sure
           |be\s+determined|be\s+answered|be\s+found|give|spot|infer)
-    | \b{_SAYER}\b(?:\s+[\w'-]+){{0,6}}?\s+never\s+(?:\w+\s+)?
+    | \b{_SAYER}\b(?:\s+[\w'.-]+){{0,6}}?\s+never\s+(?:\w+\s+)?
         (?:says|mentions|states|specifies|tells|explains|reveals|gives|names|identifies)\b
     | \b(?:says|states|mentions|tells\s+us|reveals)\s+nothing\b
     | \bnothing\s+(?:is\s+|was\s+)?(?:mentioned|said|stated|known|given|specified)\b
@@ -84,20 +89,26 @@ _WONT = re.compile(
     r"\b(?:i'm\s+sorry|i\s+am\s+sorry|i\s+apologi[sz]e)\b[^.]*\b(?:can't|cannot|can\s+not|won't|unable)\s+"
     r"(?:help|assist|comply|provide|do\s+that|answer)"
 )
-# Doubt, or alternatives offered in place of one answer ("a circus or a zoo").
+# Doubt ("probably 47"), and alternatives offered in place of one answer ("a circus or a zoo").
 _HEDGE = re.compile(
-    r"\b(?:maybe|perhaps|possibly|probably|either|or|not\s+sure|unsure|uncertain|ambiguous|unclear|i\s+guess"
+    r"\b(?:maybe|perhaps|possibly|probably|not\s+sure|unsure|uncertain|ambiguous|unclear|i\s+guess"
     r"|(?:may|might|could)\s+(?:have\s+)?be(?:en)?)\b"
 )
+_ALTERNATIVES = frozenset(["or", "either"])
+_NEAR = 3  # words either side of an "or" that it offers alternatives to
 # A yes or no opening an answer: "No.", "No, he...", "No he does not"; not "No fame came to him".
 _THEN = r"(?=\s*[,.!;:\u2014\u2013-]|\s*$|\s+(?:he|she|it|they|i|that|this|the|not|sir|madam)\b)"
 YES = re.compile(r"^\W*(?:yes|yeah|yep|correct|true|indeed)" + _THEN)
 NO = re.compile(r"^\W*(?:no|nope|incorrect|false|not\s+at\s+all)" + _THEN)
 _LEADS = re.compile(
     r"^\W*(?:(?:based\s+on|according\s+to|from|in)\s+(?:the\s+)?(?:provided\s+|given\s+|above\s+)?"
-    r"(?:text|context|document|passage|limerick|log|information|poem)s?\s*,?\s*|(?:the\s+)?answer\s+is\s*:?\s*)"
+    r"(?:text|context|document|passage|limerick|log|information|poem)s?\s*,?\s*"
+    r"|(?:the\s+)?answer(?:\s+to\s+(?:the|this|your)\s+question)?\s+is\s*:?\s*)"
 )
-_SENTENCES = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[^a-z])|\n+")
+# A sentence ends at . ! or ? (not after a title: "Mr. Smith") or at a line break.
+_SENTENCES = re.compile(
+    r"(?<=[.!?])(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)[\"'\u201d\u2019)\]]*\s+(?=[^a-z])|\n+"
+)
 _CLAUSES = re.compile(r"[;:,\u2014\u2013]|\s-\s|\b(?:but|however|although|though|whereas|while|yet|except)\b")
 # Quoted text: straight or typographic double quotes, typographic single quotes, straight single quotes that are not
 # apostrophes (the man's hat), and > block quotes.
@@ -184,6 +195,17 @@ def content(text: str) -> list[str]:
     return [stem(w) for w in numbers(words(text)) if w not in _STOP and not w.endswith("n't")]
 
 
+@lru_cache(maxsize=4096)
+def stems_of(text: str | None) -> frozenset[str]:
+    """The stems of the content words of a question or needle (none for None), read once for all its answers."""
+    return frozenset(content(text)) if text else frozenset()
+
+
+def is_negation(token: str) -> bool:
+    """A word token that negates: not, never, nothing, don't..."""
+    return token in _NEGATIONS or token.endswith("n't")
+
+
 def is_number(token: str) -> bool:
     return token[:1].isdigit()
 
@@ -211,19 +233,31 @@ class Clause:
     stems: frozenset[str]
     not_there: bool  # says the context lacks something
     negated: bool
-    hedged: bool
+    hedged: bool  # a word of doubt: probably, maybe, might be...
 
 
 @dataclass(frozen=True)
 class Quote:
     text: str
-    grounded: bool | None  # in the needle; None when there is no needle to check against
+    in_needle: float | None  # the share of its words found in the needle, in order; None without a needle
+
+    @property
+    def grounded(self) -> bool | None:
+        """In the needle, a word or so of slack in ten aside (models re-punctuate and drop a word when they quote);
+        None when there is no needle to check against."""
+        return None if self.in_needle is None else self.in_needle >= 0.85
+
+    @property
+    def foreign(self) -> bool:
+        """Text of another source: a passage of four words or more of which less than a third is in the needle."""
+        return self.in_needle is not None and self.in_needle < 1 / 3 and len(words(self.text)) >= 4
 
 
 @dataclass(frozen=True)
 class Sentence:
     text: str  # normalised
     clauses: tuple[Clause, ...]
+    offered: frozenset[str] = frozenset()  # content next to an "or": alternatives offered ("47 or 49")
 
 
 @dataclass
@@ -239,7 +273,7 @@ class Reading:
     def clauses(self) -> list[Clause]:
         return [c for s in self.sentences for c in s.clauses]
 
-    def opens_not_there(self, asked: set[str]) -> bool:
+    def opens_not_there(self, asked: frozenset[str]) -> bool:
         """The answer opens by saying the context lacks the answer: its first clause that says anything beyond the
         question's words ("Unfortunately," and "The text mentions a trout" do not) says so."""
         for clause in self.clauses:
@@ -250,8 +284,12 @@ class Reading:
         return False
 
     def hedged_near(self, key: set[str]) -> bool:
-        """A hedge in a sentence that gives any of ``key`` ("on a tree, or possibly on a wall")."""
-        return any(any(c.hedged for c in s.clauses) for s in self.sentences if any(c.stems & key for c in s.clauses))
+        """Doubt about any of ``key``: a word of doubt in a sentence that gives it ("brass, perhaps"), or an
+        alternative offered next to it ("on a tree or a wall"); not an "or" elsewhere ("a dirge or lament")."""
+        for s in self.sentences:
+            if s.offered & key or (any(c.stems & key for c in s.clauses) and any(c.hedged for c in s.clauses)):
+                return True
+        return False
 
     @property
     def ungrounded_quotes(self) -> list[Quote]:
@@ -287,7 +325,7 @@ def read(answer: str, needle: str | None) -> Reading:
     def take(match: re.Match[str]) -> str:
         quoted = next(g for g in match.groups() if g is not None)
         if len(words(quoted)) >= 3:  # a phrase, not a scare-quoted word
-            quotes.append(Quote(quoted, None if needle is None else grounded(quoted, needle)))
+            quotes.append(Quote(quoted, None if needle is None else in_needle(quoted, needle)))
             return " "
         return quoted
 
@@ -303,10 +341,25 @@ def read(answer: str, needle: str | None) -> Reading:
                 continue
             own = frozenset(content(norm))
             stems |= own
-            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), _hedged(norm, needle_words)))
+            hedged = _hedged(norm, needle_words)
+            clauses.append(Clause(norm, own, bool(_NOT_THERE.search(norm)), negated(norm), hedged))
         if clauses:
-            sentences.append(Sentence(_norm(sentence), tuple(clauses)))
+            norm = _norm(sentence)
+            sentences.append(Sentence(norm, tuple(clauses), _offered(words(norm), needle_words)))
     return Reading(sentences, quotes, bool(_WONT.search(_norm(text))), stems)
+
+
+def _offered(tokens: list[str], needle_words: str | None) -> frozenset[str]:
+    """The content words within `_NEAR` words of an "or" or "either" that the needle does not say the same way."""
+    near: set[str] = set()
+    for i, token in enumerate(tokens):
+        if token not in _ALTERNATIVES:
+            continue
+        window = tokens[max(0, i - _NEAR) : i + _NEAR + 1]
+        if needle_words is not None and " " + " ".join(tokens[max(0, i - 1) : i + 2]) + " " in needle_words:
+            continue  # the needle's own "more or less"
+        near |= {stem(w) for w in window if w not in _STOP and not w.endswith("n't")}
+    return frozenset(near)
 
 
 def _hedged(clause: str, needle_words: str | None) -> bool:
@@ -327,21 +380,20 @@ def negated(text: str) -> bool:
     return bool(set(words(norm)) & _NEGATIONS) or "n't" in norm
 
 
+@lru_cache(maxsize=4096)
 def says_not_there(text: str) -> bool:
     """Whether a text (an expected answer, say) itself states that something is absent."""
     return bool(_NOT_THERE.search(_norm(text)))
 
 
-def grounded(quote: str, needle: str) -> bool:
-    """Whether quoted text occurs in the needle, allowing an ellipsis for omitted words and a word or so of slack in
-    ten (models re-punctuate and drop a word when they quote)."""
+def in_needle(quote: str, needle: str) -> float:
+    """The share of a quote's words that occur in the needle in order, an ellipsis standing for omitted words: the
+    least share of any part between ellipses."""
     haystack = words(needle)
+    shares = []
     for segment in _ELLIPSIS.split(quote):
         seg = words(segment)
-        if not seg:
-            continue
-        matcher = difflib.SequenceMatcher(None, haystack, seg, autojunk=False)
-        matched = sum(block.size for block in matcher.get_matching_blocks())
-        if matched < 0.85 * len(seg):
-            return False
-    return True
+        if seg:
+            matcher = difflib.SequenceMatcher(None, haystack, seg, autojunk=False)
+            shares.append(sum(block.size for block in matcher.get_matching_blocks()) / len(seg))
+    return min(shares, default=1.0)

@@ -2,7 +2,8 @@
 same runners and ledger as the answers, then parsed into votes and combined.
 
 Rubrics: `pass-fail` uses NIAN's verdict tokens — "aaa" passes, "bbb" fails (tokens a correct answer of "No" cannot
-be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold. The prompt that asks
+be mistaken for); `score-10` is needlehaystack's 1-10 scale, passing at the spec's threshold, or without one a score
+only (each vote "scored", the cell's score the panel's mean, as needlehaystack kept it). The prompt that asks
 for the verdict (`nspec.compiler.judge_prompts`: nspec's own, a reference's, or the spec's) says how the reply is
 read, within its rubric.
 
@@ -30,8 +31,8 @@ from nspec.compiler.judge_prompts import DEFAULT_PRESET, PRESETS, Graded, JudgeP
 from nspec.compiler.models import Model, models_of
 from nspec.compiler.run_writer import ShardWriter, effective_mode, judge_budget
 from nspec.prompt import Prompt
-from nspec.runners.grading.grader import needle_text
 from nspec.runners.run_store import Run, shard_lines
+from nspec.scorers import needle_text
 
 STAGE = "judge"
 _REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|can't|cannot|unable|won't)\b", re.IGNORECASE)
@@ -43,7 +44,8 @@ _BRACKETED_SCORES = [*"123456789", "10"]
 
 @dataclass(frozen=True)
 class Grading:
-    """How a panel grades: by which rubric, asked by which prompt, passing from which score (score-10)."""
+    """How a panel grades: by which rubric, asked by which prompt, passing from which score (score-10; none: the
+    panel scores and gives no verdict)."""
 
     rubric: str
     prompt: JudgePrompt
@@ -91,9 +93,13 @@ def verdict_schema(rubric: str) -> dict[str, Any]:
     return {"type": "object", "properties": prop, "required": list(prop), "additionalProperties": False}
 
 
+SCORED = "scored"  # the vote of a score-10 judge without a threshold: a score, no verdict
+
+
 @dataclass(frozen=True)
 class Vote:
-    """What one judge's reply says: ``vote`` is "pass", "fail", or None when the reply holds no verdict."""
+    """What one judge's reply says: ``vote`` is "pass", "fail", `SCORED` (a score-10 judge without a threshold), or
+    None when the reply holds no verdict."""
 
     vote: str | None
     detail: str
@@ -130,7 +136,9 @@ def parse_vote(rubric: str, text: str, threshold: int | None, prompt: JudgePromp
     if found is None:
         return Vote(None, "no verdict: the judge refused" if _REFUSAL.search(reply) else missing)
     score = int(found)
-    return Vote("pass" if score >= (threshold or 7) else "fail", f"score {score}", score)
+    if threshold is None:
+        return Vote(SCORED, f"score {score}", score)
+    return Vote("pass" if score >= threshold else "fail", f"score {score}", score)
 
 
 def quorum(settings: dict[str, Any], panel: int) -> int:

@@ -1,26 +1,25 @@
 """RULER's scores, as NVIDIA/RULER computes them: ``scripts/eval/synthetic/constants.py`` (the two metrics and which
-task uses which), ``scripts/eval/evaluate.py`` (how a prediction is cleaned first), and the results table of its
-README and paper (Table 3): per length the average of the 13 task scores, their average over the lengths, the two
-weighted averages, and the effective length.
+task uses which) and ``scripts/eval/evaluate.py`` (how a prediction is cleaned first); and the scorers a spec names
+for them (`string_match_all`, `string_match_part`, and `ruler`, each cell's task's own). RULER's results table (per
+length the average of the task scores, the two weighted averages, the effective length) is the `ruler` family's
+headline table, which the report makes from the family's declaration (`runners.report.headline`).
 
 - ``string_match_all``: per sample, the share of the expected strings found in the prediction (case-insensitive
   substring); the task's score is their mean in percent, rounded to 2 decimals. Used by niah, vt, cwe, fwe.
 - ``string_match_part``: per sample, 1 if any expected string is found, else 0; same mean and rounding. Used by qa.
 - A prediction is stripped, its control characters (U+0000 to U+001F) made newlines, and stripped again.
-- Effective length (paper §4 and Table 3): "the maximum length passing this threshold", the threshold being
-  Llama-2-7B's score at 4K, 85.6, a score equal to it passing (the README underlines Qwen3-32B's 85.6). Nothing in
-  the definition asks every shorter length to pass too, so none is asked here; in RULER's published table no model
-  passes at a length after failing at a shorter one, so the two readings never differ there.
-- wAvg (inc) and (dec): averages over the lengths weighted 1, 2, ..., n from the shortest (inc) or the longest (dec).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-THRESHOLD = 85.6  # Llama-2-7B (chat) at 4K
-LENGTHS = (4096, 8192, 16384, 32768, 65536, 131072)
+from nspec.scorers import GradeInput, Verdict
+
+from .builtin import BuiltIn, options_of, threshold, true_or
+
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
 Metric = Callable[[Sequence[str], Sequence[Sequence[str]]], float]
@@ -83,61 +82,59 @@ def task_score(task: str, predictions: Sequence[str], references: Sequence[Seque
     return TASKS[task]([postprocess(p) for p in predictions], references)
 
 
-def length_score(task_scores: Mapping[str, float]) -> float:
-    """The score of one length: the mean of its task scores."""
-    return sum(task_scores.values()) / len(task_scores)
+def _string_match_all(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """RULER's `string_match_all`: the share of the expected strings the answer holds (case-insensitive
+    substrings, after RULER's cleaning); a pass when all are there (or the share reaches `threshold`)."""
+    score = share_found(postprocess(answer), inp.expected)
+    ok = score >= float(options_of(spec).get("threshold", 1.0))
+    found = round(score * len(inp.expected))
+    return Verdict("pass" if ok else "fail", "string_match_all", f"holds {found} of {len(inp.expected)}", score)
 
 
-def effective_length(scores: Mapping[int, float], threshold: float = THRESHOLD) -> int | None:
-    """The longest length whose score is at least ``threshold``; None when none is."""
-    return max((length for length, score in scores.items() if score >= threshold), default=None)
+def _string_match_part(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """RULER's `string_match_part` (its QA metric): 1 when the answer holds any of the references (the expected
+    answers and alternates, case-insensitive substrings), else 0."""
+    references = list(dict.fromkeys((*inp.expected, *inp.alternates)))
+    score = any_found(postprocess(answer), references)
+    reason = "holds a reference answer" if score else f"holds none of {len(references)} reference answers"
+    return Verdict("pass" if score else "fail", "string_match_part", reason, score)
 
 
-def weighted_average(scores: Mapping[int, float], increasing: bool) -> float:
-    """RULER's wAvg: weights 1..n over the lengths from the shortest (``increasing``) or from the longest."""
-    lengths = sorted(scores)
-    weights = range(1, len(lengths) + 1) if increasing else range(len(lengths), 0, -1)
-    return sum(w * scores[length] for w, length in zip(weights, lengths, strict=True)) / sum(weights)
+def _ruler(answer: str, inp: GradeInput, spec: Any) -> Verdict:
+    """RULER's metric of the cell's task, as the `ruler` family names it in the cell's data (`data.metric`)."""
+    metric = inp.data.get("metric")
+    if metric not in _TASK_METRICS:
+        return Verdict("undecided", "ruler", "the cell names no RULER metric (not a `ruler` task's cell)")
+    return _TASK_METRICS[metric].grade(answer, inp, spec)
 
 
-def kilo(length: int) -> str:
-    """A length as RULER writes it: 4096 is 4K."""
-    return f"{length // 1024}K" if length % 1024 == 0 else str(length)
-
-
-def effective_label(effective: int | None, lengths: Sequence[int]) -> str:
-    """RULER's column: ``<4K`` below the shortest length, ``>128K`` when the longest passes, else the length."""
-    if effective is None:
-        return f"<{kilo(min(lengths))}"
-    return f">{kilo(effective)}" if effective == max(lengths) else kilo(effective)
-
-
-def table(models: Mapping[str, Mapping[int, Mapping[str, float]]], threshold: float = THRESHOLD) -> str:
-    """RULER's results table in Markdown, one row per model from ``{model: {length: {task: score}}}``: the effective
-    length, each length's score (those at or above ``threshold`` underlined, as RULER marks them), the average and
-    the two weighted averages, to one decimal."""
-    lengths = sorted({length for by_length in models.values() for length in by_length})
-    head = ["Model", "Effective Length", *map(kilo, lengths), "Avg.", "wAvg. (inc)", "wAvg. (dec)"]
-    rows = ["|" + "|".join(head) + "|", "|" + "|".join([":---:"] * len(head)) + "|"]
-    for model, by_length in models.items():
-        scores = {length: length_score(tasks) for length, tasks in by_length.items()}
-        cells = [
-            "-" if n not in scores else f"<ins>{scores[n]:.1f}</ins>" if scores[n] >= threshold else f"{scores[n]:.1f}"
-            for n in lengths
-        ]
-        average = sum(scores.values()) / len(scores)
-        rows.append(
-            "|"
-            + "|".join(
-                [
-                    model,
-                    effective_label(effective_length(scores, threshold), sorted(scores)),
-                    *cells,
-                    f"{average:.1f}",
-                    f"{weighted_average(scores, True):.1f}",
-                    f"{weighted_average(scores, False):.1f}",
-                ]
-            )
-            + "|"
-        )
-    return "\n".join(rows)
+STRING_MATCH_ALL = BuiltIn(
+    "string_match_all",
+    "share_found",
+    true_or(
+        "RULER's metric for its niah, variable-tracking and word-extraction tasks (NVIDIA/RULER "
+        "scripts/eval/synthetic/constants.py): the score is the share of expected answers found in the answer as "
+        "case-insensitive substrings; pass when all are found (or the share reaches `threshold`).",
+        threshold=threshold("Share of expected answers that passes. Default 1 (all)."),
+    ),
+    _string_match_all,
+)
+STRING_MATCH_PART = BuiltIn(
+    "string_match_part",
+    "pass_rate",
+    true_or(
+        "RULER's metric for its QA tasks: 1 (pass) when the answer holds any of the expected answers or alternates "
+        "as a case-insensitive substring, else 0 (fail)."
+    ),
+    _string_match_part,
+)
+_TASK_METRICS = {s.name: s for s in (STRING_MATCH_ALL, STRING_MATCH_PART)}  # what a `ruler` cell names
+RULER = BuiltIn(
+    "ruler",
+    "mean_score",
+    true_or(
+        "RULER's own metric for each cell's task, as the `ruler` task family names it: string_match_part for qa_1 "
+        "and qa_2, string_match_all for the others (what a spec running several RULER tasks at once grades with)."
+    ),
+    _ruler,
+)

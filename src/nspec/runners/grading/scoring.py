@@ -1,11 +1,12 @@
-"""Scoring a run: every cell's answer graded by `grader` (the same code as `nspec.grade`), then the judges' votes
-folded in where the scorers left a cell undecided.
+"""Scoring a run: every cell's answer graded by the spec's scorers (`grader.Scoring`, the same code as `nspec.grade`),
+then the judges' votes folded in where the scorers left a cell undecided.
 
 Writes `scores.jsonl`: per cell every scorer's verdict, the judges' votes, the final verdict and the score (1 pass,
 0 fail, the share found for multi-value answers; none while undecided), and for cells with several target needles
-the share of them the answer gives (`needles_found`, RULER's partial credit). Cells whose request failed are
-`error`; cells whose judges could not reach a quorum are `undecided` with `judge_error` set. Neither counts in any
-pass rate.
+the share of them the answer gives (`needles_found`, RULER's partial credit). A panel of `score-10` judges without a
+threshold gives no verdict but a score: the cell is `scored`, its score the judges' mean (1-10). Cells whose request
+failed are `error`; cells whose judges could not reach a quorum are `undecided` with `judge_error` set. None of these
+counts in any pass rate.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from typing import Any
 
 from nspec import jsonl
 from nspec.runners.grading import judging
-from nspec.runners.grading.grader import GradeInput, decide, scorer_verdicts, share_given
+from nspec.runners.grading.cascade import share_given
+from nspec.runners.grading.grader import Scoring, decide
 from nspec.runners.run_store import LineIndex, Run, checked_result
+from nspec.scorers import GradeInput
 
 JUDGE_ERROR = "undecided (judge error)"
 
 
 def score_cell(
-    scoring: Sequence[Mapping[str, Any]] | None, cell: Mapping[str, Any], result: Mapping[str, Any]
+    scoring: Scoring | Sequence[Mapping[str, Any]] | None, cell: Mapping[str, Any], result: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The scores.jsonl line of one cell."""
+    """The scores.jsonl line of one cell, graded by ``scoring`` (a scoring list, or one resolved once for a run)."""
     line: dict[str, Any] = {
         "cell_id": cell["cell_id"],
         "model": cell["model"],
@@ -42,7 +45,7 @@ def score_cell(
         }
     answer = result.get("text") or ""
     inp = GradeInput.of(cell)
-    verdicts = scorer_verdicts(answer, inp, scoring)
+    verdicts = (scoring if isinstance(scoring, Scoring) else Scoring(scoring)).verdicts(answer, inp)
     final = decide(verdicts)
     line.update(
         scorers=[v.as_dict() for v in verdicts],
@@ -68,8 +71,9 @@ def apply_votes(
         return line
     cast = [v["vote"] for v in votes if v["vote"] is not None]
     scores = [v["score"] for v in votes if "score" in v]
-    if scores:
-        line["judge_score"] = round(sum(scores) / len(scores), 2)
+    mean = round(sum(scores) / len(scores), 2) if scores else None
+    if mean is not None:
+        line["judge_score"] = mean
     if len(cast) < quorum:
         line["judge_verdict"] = None
         if line["verdict"] == "undecided":
@@ -80,6 +84,10 @@ def apply_votes(
                 + "; ".join(f"{v['judge']}: {v['detail']}" for v in votes if v["vote"] is None)
                 + ")",
             )
+        return line
+    if judging.SCORED in cast:  # a score-10 panel without a threshold: a score, no verdict
+        if line["verdict"] == "undecided":
+            line.update(verdict=judging.SCORED, score=mean, reason=f"judges: mean score {mean} of {len(cast)}")
         return line
     verdict = judging.combine(cast, rule)
     line["judge_verdict"] = verdict
@@ -100,7 +108,7 @@ def verdict_key(line: dict[str, Any]) -> str:
 def score_run(run: Run) -> dict[str, int]:
     """Score every cell with a result into scores.jsonl (rewritten whole: scoring is cheap and deterministic),
     with the judges' votes where the judge stage has them. Returns the count of each verdict."""
-    scoring = run.spec.get("scoring")
+    scoring = Scoring(run.spec.get("scoring"))
     votes = judging.votes(run)
     manifest = judging.manifest_of(run)
     panel = len(manifest["judges"]) if manifest else 0

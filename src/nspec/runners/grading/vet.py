@@ -29,6 +29,7 @@ from nspec.prompt import Prompt
 from nspec.runners.grading.judging import Grading, Vote, quorum
 from nspec.runners.grading.scoring import apply_votes, score_cell
 from nspec.runners.live import CallerSettings, LiveRequest, request_tokens, run_live
+from nspec.scorers import scores_only
 from nspec.templates import render
 
 
@@ -65,6 +66,12 @@ def vet(
     spec: dict[str, Any], base_dir: str, trials: int, closed_book: bool, confinement: Confinement | None = None
 ) -> list[dict[str, Any]]:
     """Per model and question: how many of ``trials`` answers passed, and whether the question is flagged."""
+    judge = next((s["judge"] for s in spec.get("scoring") or [] if "judge" in s), None)
+    if judge is not None and scores_only(judge):
+        raise UserError(
+            "nspec vet needs verdicts, and the spec's score-10 judges give scores only: give the judge entry a "
+            "`threshold` (the lowest score that passes) to vet with it"
+        )
     models = models_of(spec)
     attempts = int(spec.get("run", {}).get("retry", {}).get("attempts", 3))
     settings = {

@@ -126,6 +126,11 @@ class BaseProvider:
     def token_counter(self, creds: Credentials) -> TokenCounter:
         raise UserError(f"{self.name} has no count-tokens endpoint")
 
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """The names of the models the provider serves, from its free list of them (asked before the first paid
+        request: a misspelt id is refused then, not hours later); None where nspec reads no such list."""
+        return None
+
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
         issues: list[tuple[tuple[str | int, ...], str]] = []
         if "batch_api" in entry and not self.takes_batch_api:

@@ -266,6 +266,13 @@ class Anthropic(BaseProvider):
     def batches(self, creds: Credentials) -> AnthropicBatches:
         return AnthropicBatches(creds)
 
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """Anthropic's `GET /v1/models`, every page."""
+        try:
+            return frozenset(model.id for model in _client(creds, sdk_retries(), "Anthropic").models.list())
+        except Exception as exc:
+            raise _error(creds, "", exc) or exc from None
+
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> AnthropicLive:
         return AnthropicLive(creds)
 

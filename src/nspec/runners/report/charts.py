@@ -2,7 +2,8 @@
 a model in every chart. The page embeds each one, and the PNGs are rendered from the very same specs.
 
 - heatmap: per model, pass rate by depth and context length in needlehaystack's red-yellow-green, rate and n in
-  each cell (click one: the cell browser lists its cells);
+  each cell (click one: the cell browser lists its cells); where score-10 judges scored without a threshold, the
+  mean score (1-10) instead, as needlehaystack's notebook drew it;
 - length: pass rate against context length, a line per model with its Wilson 95% band; ticks at the grid's lengths,
   labels thinned where they would touch;
 - location: needlestacks, pass rate by the item's location, a line per repeat count (NIAN);
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nspec.runners.report import notation
 from nspec.runners.report.data import JUDGED_WRONG, NEGATIVE_REASONS, ReportData, slug
 
 RAMP = ["#F0496E", "#EBB839", "#0CD79F"]
@@ -37,46 +39,66 @@ def _legend(title: str | None = None) -> Any:
     return alt.Legend(title=title, orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1)
 
 
-# 1,000 ... 9,999 in full; from 10,000 in thousands: 16k, 128k, 1000k.
-LENGTH_LABEL = "datum.value >= 10000 ? format(datum.value / 1000, '.0f') + 'k' : format(datum.value, ',')"
-
-
 def _length_axis(lengths: list[int]) -> Any:
-    """Ticks at the grid's lengths, thinned by Vega where two labels would touch."""
+    """Ticks at the grid's lengths, written as the page writes lengths, thinned by Vega where two would touch."""
     import altair as alt
 
     return alt.Axis(
-        values=sorted(set(lengths)), labelExpr=LENGTH_LABEL, labelOverlap="greedy", labelSeparation=6, grid=False
+        values=sorted(set(lengths)), labelExpr=notation.VEGA, labelOverlap="greedy", labelSeparation=6, grid=False
     )
 
 
 def heatmap(label: str, rows: list[dict[str, Any]]) -> Any:
+    """Pass rate by depth and context length."""
+    import altair as alt
+
+    color = alt.Color(
+        "rate:Q",
+        title="Pass rate",
+        scale=alt.Scale(domain=[0, 0.5, 1], range=RAMP),
+        legend=alt.Legend(title="Pass rate", orient="right", format="%"),
+    )
+    tooltip = [
+        alt.Tooltip("rate:Q", format=".0%"),
+        "passes:Q",
+        "n:Q",
+        alt.Tooltip("ci_low:Q", format=".0%", title="95% CI low"),
+        alt.Tooltip("ci_high:Q", format=".0%", title="95% CI high"),
+    ]
+    return _depth_grid(rows, f"{label}: pass rate by depth and context length", color, tooltip)
+
+
+def score_heatmap(label: str, rows: list[dict[str, Any]]) -> Any:
+    """The judges' mean score (1-10) by depth and context length, as needlehaystack drew it (its notebook let the
+    colours span the data's range; here they span the scale, so that two models' maps compare)."""
+    import altair as alt
+
+    color = alt.Color(
+        "score:Q",
+        title="Score",
+        scale=alt.Scale(domain=[1, 5.5, 10], range=RAMP),
+        legend=alt.Legend(title="Score", orient="right"),
+    )
+    tooltip = [alt.Tooltip("score:Q", format=".2f", title="mean score"), "n:Q"]
+    return _depth_grid(rows, f"{label}: mean judge score (1-10) by depth and context length", color, tooltip)
+
+
+def _depth_grid(rows: list[dict[str, Any]], title: str, color: Any, tooltip: list[Any]) -> Any:
+    """A heatmap of depth against context length, coloured by ``color``, its text in each cell."""
     import altair as alt
 
     lengths = sorted({r["context_length"] for r in rows})
     depths = sorted({r["depth"] for r in rows})
-    base = alt.Chart(alt.InlineData(values=rows), title=f"{label}: pass rate by depth and context length")
-    x = alt.X("context_length:O", title="Context length (tokens)", sort=lengths, axis=alt.Axis(labelAngle=0))
-    y = alt.Y("depth:O", title="Depth (%)", sort=depths)
-    rect = base.mark_rect(cursor="pointer").encode(
-        x=x,
-        y=y,
-        color=alt.Color(
-            "rate:Q",
-            title="Pass rate",
-            scale=alt.Scale(domain=[0, 0.5, 1], range=RAMP),
-            legend=alt.Legend(title="Pass rate", orient="right", format="%"),
-        ),
-        tooltip=[
-            alt.Tooltip("context_length:O", title="length"),
-            alt.Tooltip("depth:O", title="depth"),
-            alt.Tooltip("rate:Q", format=".0%"),
-            "passes:Q",
-            "n:Q",
-            alt.Tooltip("ci_low:Q", format=".0%", title="95% CI low"),
-            alt.Tooltip("ci_high:Q", format=".0%", title="95% CI high"),
-        ],
+    base = alt.Chart(alt.InlineData(values=rows), title=title)
+    x = alt.X(
+        "context_length:O",
+        title="Context length (tokens)",
+        sort=lengths,
+        axis=alt.Axis(labelAngle=0, labelExpr=notation.VEGA),
     )
+    y = alt.Y("depth:O", title="Depth (%)", sort=depths)
+    where = [alt.Tooltip("context_length:O", title="length"), alt.Tooltip("depth:O", title="depth")]
+    rect = base.mark_rect(cursor="pointer").encode(x=x, y=y, color=color, tooltip=[*where, *tooltip])
     text = base.mark_text(fontSize=9).encode(x=x, y=y, text="text:N")
     step = max(28, min(64, WIDTH // max(1, len(lengths))))
     return (rect + text).properties(width=alt.Step(step), height=alt.Step(20))
@@ -132,7 +154,7 @@ def negatives_chart(label: str, rows: list[dict[str, Any]], reasons: list[dict[s
         title="Context length (tokens)",
         sort=lengths,
         scale=alt.Scale(domain=lengths),
-        axis=alt.Axis(labelAngle=0),
+        axis=alt.Axis(labelAngle=0, labelExpr=notation.VEGA),
     )
     bars = (
         alt.Chart(
@@ -227,6 +249,9 @@ def charts(data: ReportData, wanted: tuple[str, ...]) -> list[tuple[str, str, An
     if "heatmap" in wanted:
         for label, rows in data.heat.items():
             out.append((f"heatmap-{slug(label)}", label, heatmap(label, rows)))
+        for label, rows in data.score_heat.items():
+            if label not in data.heat:
+                out.append((f"heatmap-{slug(label)}", label, score_heatmap(label, rows)))
     if "length" in wanted and data.lengths:
         out.append(("length", "", length_chart(data.lengths, models)))
     if "location" in wanted and data.locations:

@@ -22,8 +22,14 @@ from nspec.compiler.prices import Lane, Price, Usage, price_for
 from nspec.compiler.providers.registry import provider
 from nspec.records import CellRecord, ResultRecord, ScoreRecord
 from nspec.runners.grading.audit import dissent
+from nspec.runners.grading.builtin import RunningMean
+from nspec.runners.grading.grader import DEFAULT_SCORING
+from nspec.runners.grading.judging import SCORED
+from nspec.runners.report import view as views
 from nspec.runners.report.stats import fisher_exact, mcnemar, rate_row, wilson
+from nspec.runners.report.view import View, axis_value, field_value, view_of
 from nspec.runners.run_store import LineIndex, Run, checked_result, shard_lines
+from nspec.scorers import Accumulator, Metric, metric_of
 
 CELL_POINTS = 5000  # per model: more answers than this are not kept as chart points (the heatmap counts all)
 EXCERPT_CHARACTERS = 500  # of context shown before and after a needle in the cell browser
@@ -64,34 +70,20 @@ def _requests(run: Run, shards: list[str]) -> Iterator[tuple[str, dict[str, Any]
 
 
 @dataclass
-class Mean:
-    """A running mean."""
-
-    total: float = 0.0
-    n: int = 0
-
-    def add(self, value: float) -> None:
-        self.total += value
-        self.n += 1
-
-    @property
-    def value(self) -> float:
-        return self.total / self.n
-
-
-@dataclass
 class Tally:
     """What a model's cells add up to beyond pass and fail."""
 
     cells: int = 0  # scored cells, controls included
     undecided: int = 0  # no scorer decided and no judge was asked
     judge_errors: int = 0  # too few judges gave a verdict
+    scored: int = 0  # graded by score-10 judges without a threshold: a score, no verdict
     errors: int = 0  # the request got no answer
     judged: int = 0  # cells with two or more judge votes
     split: int = 0  # of those, cells whose judges did not all agree
-    needles_found: Mean = field(default_factory=Mean)  # multi-needle cells: the share found
-    judge_scores: Mean = field(default_factory=Mean)  # score-10 judges: each cell's mean score
+    needles_found: RunningMean = field(default_factory=RunningMean)  # multi-needle cells: the share found
+    judge_scores: RunningMean = field(default_factory=RunningMean)  # score-10 judges: each cell's mean score
     negative_reasons: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)  # graded cells by the scorer rule that decided them
     cost: float | None = 0.0  # of the answers' tokens; None when the model has no known price
     estimate: float | None = 0.0  # the plan's, at the model's mode (every answer its full budget)
 
@@ -114,7 +106,11 @@ class Comparison:
 
 @dataclass
 class ReportData:
+    view: View  # what the first run's family says its cells are
+    metric: Metric  # what the first run's scores aggregate by: its first scorer's metric
     heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # score-10 judges without a threshold: per model, the mean score per length and depth (needlehaystack's heatmap)
+    score_heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     lengths: list[dict[str, Any]] = field(default_factory=list)
     locations: list[dict[str, Any]] = field(default_factory=list)
@@ -126,13 +122,18 @@ class ReportData:
     comparisons: list[Comparison] = field(default_factory=list)
     cache_arms: list[dict[str, Any]] = field(default_factory=list)  # per model: cached cells against the control arm
     # Per model, length and point of the task's axes (cells of a family's own axes, or without a depth): the pass
-    # rate and the mean score (a scorer that is not pass/fail, RULER's string_match_all, gives shares).
+    # rate and the score under the metric (a scorer that is not pass/fail, RULER's string_match_all, gives shares).
     scores: list[dict[str, Any]] = field(default_factory=list)
+    # The same per value of each of those axes ("axis", "value"; cells with no axes under the axis None, value
+    # "all"), and of the headline table's axis.
+    values: list[dict[str, Any]] = field(default_factory=list)
+    model_scores: dict[str, float | None] = field(default_factory=dict)  # per model, over its graded cells
+    axis_values: dict[str, list[str]] = field(default_factory=dict)  # per axis of the view: its scored cells' values
 
     @property
     def models(self) -> list[str]:
         """Every model label, in a fixed order (the colours follow it)."""
-        return sorted(set(self.heat) | set(self.tallies))
+        return sorted(set(self.heat) | set(self.score_heat) | set(self.tallies))
 
 
 def run_labels(runs: list[Run]) -> list[str]:
@@ -203,33 +204,49 @@ def pair_key(cell: CellRecord) -> tuple[Any, ...]:
 class Aggregates:
     """The report's numbers, folded from joined cells one at a time."""
 
-    def __init__(self) -> None:
-        self.data = ReportData()
+    def __init__(self, view: View, metric: Metric) -> None:
+        self.data = ReportData(view, metric)
         self.heat: dict[tuple[str, int, float], list[int]] = defaultdict(lambda: [0, 0])
         self.by_length: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         self.by_location: dict[tuple[str, float, int], list[int]] = defaultdict(lambda: [0, 0])
         self.negatives: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         self.reasons: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
-        self.found: dict[tuple[str, int, float], Mean] = defaultdict(Mean)
-        self.verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]] = []  # per run: for comparisons
+        self.found: dict[tuple[str, int, float], RunningMean] = defaultdict(RunningMean)
+        self.scored: dict[tuple[str, int, float], RunningMean] = defaultdict(RunningMean)  # mean score, by place
+        # per run, for comparisons: (model, what the cell is) → passed, cell id, its values of the view's axes
+        self.verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str, list[str]]]] = []
         self.arms: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (model, cache arm) → passes, n
-        self.by_axes: dict[tuple[str, int, str], list[int]] = defaultdict(lambda: [0, 0])  # axes as JSON
-        self.axes_scores: dict[tuple[str, int, str], Mean] = defaultdict(Mean)
+        # The metric's accumulators: per model; per model, length and point of the axes (as JSON); per model,
+        # length, axis and value. Each with its passes and n where it is a row of its own.
+        self.by_model: dict[str, Accumulator] = defaultdict(metric.start)
+        self.by_axes: dict[tuple[str, int, str], tuple[list[int], Accumulator]] = {}
+        self.by_value: dict[tuple[str, int, str | None, str], tuple[list[int], Accumulator]] = {}
+        self.seen: dict[str, set[str]] = defaultdict(set)  # per axis of the view: the values of scored cells
 
     def add(self, label: str, item: Joined, cost: float | None, estimate: float | None) -> None:
         cell, score = item.cell, item.score
         if score is None:
             return
+        for axis in self.data.view.axes:
+            value = axis_value(cell, axis.key)
+            if value is not None:
+                self.seen[axis.key].add(views.text(value))
         tally = self.data.tallies.setdefault(label, Tally())
         tally.cells += 1
         tally.cost = None if cost is None or tally.cost is None else tally.cost + cost
         tally.estimate = None if estimate is None or tally.estimate is None else tally.estimate + estimate
+        if score["verdict"] != "error":
+            tally.rules[decided_by(score)] += 1
         votes = [v for v in score.get("votes", []) if v.get("vote") in ("pass", "fail")]
         if len(votes) >= 2:
             tally.judged += 1
             tally.split += len({v["vote"] for v in votes}) > 1
         if "judge_score" in score:
             tally.judge_scores.add(float(score["judge_score"]))
+        if score["verdict"] == SCORED:
+            tally.scored += 1
+            self.add_scored(label, cell, float(score["score"] or 0.0))  # a scored cell always has its score
+            return
         if score["verdict"] not in ("pass", "fail"):
             if score["verdict"] == "error":
                 tally.errors += 1
@@ -249,23 +266,21 @@ class Aggregates:
                 self.reasons[(label, length)][why] += 1
                 tally.negative_reasons[why] += 1
             return
-        depth = cell["depth"]["requested"]
-        axes = cell.get("axes")
+        depth = cell["depth"]["requested"] if self.data.view.depth else None
         arm = [self.arms[(label, cell["cache"]["arm"])]] if "cache" in cell else []
         heat = [self.heat[(label, length, depth)]] if depth is not None else []
-        key = (label, length, json.dumps(axes or {}, sort_keys=True, ensure_ascii=False))
-        by_axes = [self.by_axes[key]] if depth is None or axes else []
-        for counts in (*heat, self.by_length[(label, length)], *arm, *by_axes):
+        for counts in (*heat, self.by_length[(label, length)], *arm):
             counts[0] += passed
             counts[1] += 1
-        if by_axes:
-            self.axes_scores[key].add(float(score["score"] if score["score"] is not None else passed))
+        given = score.get("score")  # (none while undecided; judges' verdicts score 1 or 0)
+        self.score(label, cell, passed, float(given if given is not None else passed))
         if "needles_found" in score:
             tally.needles_found.add(score["needles_found"])
             if depth is not None:
                 self.found[(label, length, depth)].add(score["needles_found"])
         if self.verdicts:
-            self.verdicts[-1][(cell["model"], pair_key(cell))] = (passed, cell["cell_id"])
+            where = [views.text(axis_value(cell, a.key)) for a in self.data.view.axes]
+            self.verdicts[-1][(cell["model"], pair_key(cell))] = (passed, cell["cell_id"], where)
         if depth is None:
             return  # no place in the heatmap, the locations or the chart points
         if cell["repeat"] is not None:
@@ -285,6 +300,31 @@ class Aggregates:
                 }
             )
 
+    def add_scored(self, label: str, cell: CellRecord, score: float) -> None:
+        """Fold a cell that judges scored without a verdict: into its model's score and its place of the heatmap."""
+        self.by_model[label].add(score)
+        if cell["depth"]["requested"] is not None and self.data.view.depth:
+            self.scored[(label, cell["context_length"]["target"], cell["depth"]["requested"])].add(score)
+
+    def score(self, label: str, cell: CellRecord, passed: bool, score: float) -> None:
+        """Fold a graded cell's score under the metric: into its model's, its point of the family's axes' (cells
+        with axes of their own, or without a depth), each of their values' and the headline table axis's."""
+        self.by_model[label].add(score)
+        axes = cell.get("axes") or {}
+        if cell["depth"]["requested"] is not None and not axes:
+            return
+        point = (label, cell["context_length"]["target"], json.dumps(axes, sort_keys=True, ensure_ascii=False))
+        values: dict[str | None, Any] = {key: value for key, value in axes.items()} or {None: "all"}
+        table = self.data.view.table
+        if table is not None and table.axis not in values:
+            values[table.axis] = axis_value(cell, table.axis)
+        rows = [_row(self.by_axes, point, self.data.metric)]
+        rows += [_row(self.by_value, (*point[:2], axis, views.text(v)), self.data.metric) for axis, v in values.items()]
+        for counts, accumulator in rows:
+            counts[0] += passed
+            counts[1] += 1
+            accumulator.add(score)
+
     def finish(self, runs: list[Run], names: list[str | None]) -> ReportData:
         data = self.data
         for (label, length, depth), (passes, n) in sorted(self.heat.items()):
@@ -292,20 +332,25 @@ class Aggregates:
             row["text"] = f"{row['rate']:.2f} (n={n})"
             shares = self.found.get((label, length, depth))
             if shares is not None:
-                row["needles_found"] = round(shares.value, 4)
+                row["needles_found"] = round(shares.total / shares.n, 4)
             data.heat.setdefault(label, []).append(row)
+        for (label, length, depth), scores in sorted(self.scored.items()):
+            mean = round(scores.total / scores.n, 2)
+            row = {"model": label, "context_length": length, "depth": depth, "score": mean, "n": scores.n}
+            data.score_heat.setdefault(label, []).append({**row, "text": f"{mean:.1f} (n={scores.n})"})
         data.lengths = [
             rate_row(p, n, model=label, context_length=length)
             for (label, length), (p, n) in sorted(self.by_length.items())
         ]
         data.scores = [
-            {
-                **rate_row(p, n, model=label, context_length=length),
-                "axes": json.loads(axes),
-                "score": round(self.axes_scores[(label, length, axes)].value, 4),
-            }
-            for (label, length, axes), (p, n) in sorted(self.by_axes.items())
+            {**rate_row(p, n, model=label, context_length=length), "axes": json.loads(axes), "score": _rounded(score)}
+            for (label, length, axes), ((p, n), score) in sorted(self.by_axes.items())
         ]
+        for (label, length, axis, value), ((p, n), score) in sorted(self.by_value.items(), key=_by_value):
+            row = {"model": label, "context_length": length, "axis": axis, "value": value, "n": n, "passes": p}
+            data.values.append({**row, "score": score.result()})
+        data.model_scores = {label: score.result() for label, score in self.by_model.items()}
+        data.axis_values = {key: sorted(values, key=views.sort_key) for key, values in self.seen.items()}
         data.locations = [
             rate_row(p, n, model=label, location=loc, repeat=str(rep))
             for (label, loc, rep), (p, n) in sorted(self.by_location.items())
@@ -339,7 +384,39 @@ class Aggregates:
         return data
 
 
-def _compare(verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]], names: list[str]) -> list[Comparison]:
+LEFT_BY_SCORERS = "undecided by the scorers"
+
+
+def decided_by(score: ScoreRecord) -> str:
+    """The scorer rule that decided a graded cell ("key-words → pass"), or `LEFT_BY_SCORERS`."""
+    decisive = next((s for s in score.get("scorers", []) if s["verdict"] != "undecided"), None)
+    if decisive is None:
+        return LEFT_BY_SCORERS
+    return f"{decisive.get('rule') or decisive['scorer']} → {decisive['verdict']}"
+
+
+Row = tuple[list[int], Accumulator]  # passes and n, and the metric's accumulator
+
+
+def _row(rows: dict[Any, Row], key: Any, metric: Metric) -> Row:
+    if key not in rows:
+        rows[key] = ([0, 0], metric.start())
+    return rows[key]
+
+
+def _rounded(score: Accumulator) -> float | None:
+    result = score.result()
+    return None if result is None else round(result, 4)
+
+
+def _by_value(item: tuple[tuple[str, int, str | None, str], Row]) -> tuple[Any, ...]:
+    (label, length, axis, value), _ = item
+    return (label, length, axis or "", views.sort_key(value))
+
+
+def _compare(
+    verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str, list[str]]]], names: list[str]
+) -> list[Comparison]:
     """The first run against each other, per model they share (or the one model of each, when each has one)."""
     out = []
     first = verdicts[0]
@@ -358,7 +435,7 @@ def _compare(verdicts: list[dict[tuple[str, tuple[Any, ...]], tuple[bool, str]]]
             flipped = [
                 {
                     "context_length": k[0],
-                    "depth": k[1],
+                    "axes": a[k][2],
                     "trial": k[2],
                     "first": "pass" if a[k][0] else "fail",
                     "second": "pass" if b[k][0] else "fail",
@@ -426,9 +503,10 @@ def _costs(run: Run, run_label: str | None) -> list[dict[str, Any]]:
 
 
 def collect(runs: list[Run], export: CellExport | None = None) -> ReportData:
-    """The report's numbers for ``runs`` (several are compared), streamed; ``export`` sees every cell as it passes."""
+    """The report's numbers for ``runs`` (several are compared), streamed; ``export`` sees every cell as it passes.
+    The first run's family and scoring say what its cells are and what their scores aggregate by."""
     names: list[str | None] = list(run_labels(runs)) if len(runs) > 1 else [None]
-    folded = Aggregates()
+    folded = Aggregates(view_of(runs[0]), metric_of(runs[0].spec.get("scoring") or DEFAULT_SCORING))
     for run, run_label in zip(runs, names, strict=True):
         prices = Prices(run)
         if len(runs) > 1:
@@ -438,7 +516,7 @@ def collect(runs: list[Run], export: CellExport | None = None) -> ReportData:
             cost = prices.cost(item.cell["model"], item.result)
             folded.add(label, item, cost, prices.estimate(item.cell))
             if export is not None:
-                export.add(run, run_label, label, item, cost)
+                export.add(run, run_label, label, item, cost, folded.data.view)
     return folded.finish(runs, names)
 
 
@@ -560,8 +638,10 @@ def excerpt(text: str, needle: str) -> dict[str, str] | None:
     }
 
 
-def browser_record(run: Run, label: str, item: Joined, cost: float | None) -> dict[str, Any]:
-    """What the cell browser shows of one cell."""
+def browser_record(run: Run, label: str, item: Joined, cost: float | None, view: View) -> dict[str, Any]:
+    """What the cell browser shows of one cell: its values of the family's axes (with where its needle was placed,
+    for a family of depths), its question as recorded, expected answers and the family's details beside the
+    answer and its grading."""
     cell, result, score = item.cell, item.result, item.score
     target = next((n for n in cell["needles"] if n["role"] == "target"), None)
     around = None
@@ -577,20 +657,26 @@ def browser_record(run: Run, label: str, item: Joined, cost: float | None) -> di
         {"judge": v["judge"], "vote": v.get("vote"), "reply": (v.get("reply") or "")[:ANSWER_CHARACTERS]}
         for v in graded.get("votes", [])
     ]
+    axes = {a.key: axis_value(cell, a.key) for a in view.axes}
+    details = [(d.label, field_value(cell, d.field)) for d in view.details]
+    placed = {"depth_actual": cell["depth"]["actual"]} if view.depth else {}
     return {
         "id": cell["cell_id"],
         "model": label,
         "variant": cell["prompt"],
         "length": cell["context_length"]["target"],
         "tokens_compiled": cell["context_length"]["prompt"],
-        "depth": cell["depth"]["requested"],
-        "depth_actual": cell["depth"]["actual"],
+        "axes": {key: views.text(value) for key, value in axes.items() if value is not None},
+        **placed,
         "trial": cell["trial"],
-        "repeat": cell["repeat"],
         "negative": cell["negative"],
         "question": cell["question"],
         "expected": cell["expected"],
-        "needles": [{"role": n["role"], "depth": n["depth_actual"]} for n in cell["needles"]],
+        "details": [
+            {"label": name, "value": views.text(value)[:ANSWER_CHARACTERS]}
+            for name, value in details
+            if value is not None
+        ],
         "answer": None if result is None else (result.get("text") or "")[:ANSWER_CHARACTERS],
         "status": None if result is None else result["status"],
         "error": None if result is None or not result.get("error") else json.dumps(result["error"])[:500],
@@ -622,7 +708,7 @@ class CellExport:
         self._browser: dict[str, IO[str]] = {}
         self.counts: Counter[str] = Counter()
 
-    def add(self, run: Run, run_label: str | None, label: str, item: Joined, cost: float | None) -> None:
+    def add(self, run: Run, run_label: str | None, label: str, item: Joined, cost: float | None, view: View) -> None:
         row = csv_row(run, run_label, item, cost)
         self._csv.writerow(row)
         self._parquet.add(row)
@@ -634,7 +720,7 @@ class CellExport:
             self.files[label] = path
             fh = self._browser[label] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - close()
             fh.write("[")
-        fh.write(("," if self.counts[label] else "") + json.dumps(browser_record(run, label, item, cost)) + "\n")
+        fh.write(("," if self.counts[label] else "") + json.dumps(browser_record(run, label, item, cost, view)) + "\n")
         self.counts[label] += 1
 
     def close(self) -> None:

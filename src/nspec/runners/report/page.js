@@ -37,9 +37,30 @@
   function matches(cell, wanted) {
     if (wanted.verdict && (cell.verdict || "error") !== wanted.verdict) return false;
     if (wanted.length && String(cell.length) !== wanted.length) return false;
-    if (wanted.depth && String(cell.depth) !== wanted.depth) return false;
     if (wanted.variant && String(cell.variant) !== wanted.variant) return false;
+    for (const axis of data.axes) {
+      const value = wanted["axis-" + axis.key];
+      if (value && cell.axes[axis.key] !== value) return false;
+    }
     return true;
+  }
+
+  // A length as the page writes it everywhere (notation.py): binary thousands in K (4096 is 4K), any other in full.
+  function length(tokens) {
+    return tokens % 1024 === 0 && tokens % 1000 !== 0 ? tokens / 1024 + "K" : tokens.toLocaleString("en-US");
+  }
+
+  // Where the cell stands on the family's axes: its depth and where its needle was placed, or each axis's value.
+  function where(cell) {
+    const parts = cell.negative ? ["negative control"] : [];
+    for (const axis of data.axes) {
+      const value = cell.axes[axis.key];
+      if (value === undefined) continue;
+      parts.push(axis.key === "depth"
+        ? "depth " + value + "% (placed at " + (cell.depth_actual === null ? "?" : cell.depth_actual.toFixed(1)) + "%)"
+        : axis.label + " " + value);
+    }
+    return parts;
   }
 
   function money(value) {
@@ -51,20 +72,18 @@
     const card = el("article", "cell " + verdict);
     card.dataset.cell = cell.id;
     card.dataset.length = cell.length;
-    card.dataset.depth = cell.depth === null ? "" : cell.depth;
+    if (cell.axes.depth !== undefined) card.dataset.depth = cell.axes.depth;
     const title = el("h3");
-    const where = cell.negative
-      ? "negative control"
-      : "depth " + cell.depth + "% (placed at " + (cell.depth_actual === null ? "?" : cell.depth_actual.toFixed(1)) + "%)";
     title.appendChild(el("span", "verdict " + verdict, verdict));
     title.appendChild(document.createTextNode(
-      "  " + cell.model + " · " + cell.length.toLocaleString() + " tokens (" + cell.tokens_compiled.toLocaleString() +
-      " compiled) · " + where + " · trial " + (cell.trial + 1) + (cell.repeat ? " · repeat " + cell.repeat : "")
+      "  " + [cell.model, length(cell.length) + " tokens (" + cell.tokens_compiled.toLocaleString("en-US") + " compiled)",
+        ...where(cell), "trial " + (cell.trial + 1)].join(" · ")
     ));
     card.appendChild(title);
     const dl = el("dl");
     field(dl, "question", cell.question);
     field(dl, "expected", cell.expected.length ? cell.expected.join(" | ") : "not found (no needle)");
+    for (const detail of cell.details) field(dl, detail.label, detail.value);
     field(dl, "answer", cell.answer === null ? "(no answer yet)" : cell.answer);
     field(dl, "error", cell.error);
     field(dl, "verdict", cell.reason ? verdict + ": " + cell.reason : verdict);
@@ -147,10 +166,11 @@
         result.view.addEventListener("click", (event, item) => {
           const datum = item && item.datum;
           if (!datum || datum.context_length === undefined) return;
+          const anywhere = Object.fromEntries(data.axes.map((axis) => ["axis-" + axis.key, ""]));
           if (chart.kind === "heatmap") {
-            choose({ model: chart.model, length: datum.context_length, depth: datum.depth, verdict: "" });
+            choose({ ...anywhere, model: chart.model, length: datum.context_length, "axis-depth": datum.depth, verdict: "" });
           } else if (chart.kind === "length" && datum.model !== undefined) {
-            choose({ model: datum.model, length: datum.context_length, depth: "", verdict: "" });
+            choose({ ...anywhere, model: datum.model, length: datum.context_length, verdict: "" });
           }
         });
         window.nspecReport.chartsDrawn += 1;

@@ -11,16 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections import defaultdict
 from datetime import UTC, datetime
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
 from nspec.run_layout import cache_dir
-from nspec.runners.grading import ruler
+from nspec.runners.report import headline, notation
 from nspec.runners.report.charts import PALETTE
-from nspec.runners.report.data import Comparison, ReportData, Tally, run_labels
+from nspec.runners.report.data import LEFT_BY_SCORERS, Comparison, ReportData, Tally, run_labels
 from nspec.runners.report.stats import effective_length, model_summary
 from nspec.runners.run_store import Run
 from nspec.version import __version__
@@ -103,41 +102,36 @@ def _percent(value: float) -> str:
     return f"{value:.1%}"
 
 
-def _length(value: int | None, shortest: int) -> str:
-    return f"{value:,}" if value is not None else f"below {shortest:,}"
-
-
 def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+
+
+def _effective(rows: list[dict[str, Any]], threshold: float) -> dict[str, str]:
+    """A model's effective length by pass rate (`stats.effective_length`) and its 95% bounds, written."""
+    found = effective_length(rows, threshold)
+    lengths = [r["context_length"] for r in rows]
+    return {key: notation.effective(value, lengths) for key, value in found.items()}
 
 
 def summary_rows(data: ReportData, threshold: float) -> list[dict[str, str]]:
     """One row per model: the numbers a paper quotes."""
     rows = []
     for i, label in enumerate(data.models):
-        heat = data.heat.get(label, [])
         tally = data.tallies.get(label, Tally())
         row = {"model": label, "color": PALETTE[i % len(PALETTE)], "cells": f"{tally.cells:,}"}
         row["rate"] = row["effective"] = row["perfect"] = "—"
+        score = data.model_scores.get(label)
+        row["score"] = "—" if score is None else _percent(score) if data.metric.percent else f"{score:.3g}"
         lengths = [r for r in data.lengths if r["model"] == label]
-        if not heat and lengths:  # a task without depths: pass rates per length only
+        if lengths:
             s = model_summary(lengths)
             row["rate"] = f"{_percent(s['rate'])} of {s['n']:,} ({_percent(s['ci_low'])}-{_percent(s['ci_high'])})"
-            eff = effective_length(lengths, threshold)
-            shortest = min(r["context_length"] for r in lengths)
-            row["effective"] = (
-                f"{_length(eff['length'], shortest)} ({_length(eff['low'], shortest)}-{_length(eff['high'], shortest)})"
-            )
+            eff = _effective(lengths, threshold)
+            row["effective"] = f"{eff['length']} ({eff['low']} to {eff['high']})"
+        heat = data.heat.get(label, [])
         if heat:
-            s = model_summary(heat)
-            row["rate"] = f"{_percent(s['rate'])} of {s['n']:,} ({_percent(s['ci_low'])}-{_percent(s['ci_high'])})"
-            lengths = [r for r in data.lengths if r["model"] == label]
-            eff = effective_length(lengths, threshold)
-            shortest = min(r["context_length"] for r in lengths)
-            row["effective"] = (
-                f"{_length(eff['length'], shortest)} ({_length(eff['low'], shortest)}-{_length(eff['high'], shortest)})"
-            )
-            row["perfect"] = f"{s['all_depths_pass_up_to']:,}" if s["all_depths_pass_up_to"] else "no length"
+            longest = model_summary(heat)["all_depths_pass_up_to"]
+            row["perfect"] = notation.length(longest) if longest else "no length"
         controls = sum(r["n"] for r in data.negatives if r["model"] == label)
         wrong = sum(tally.negative_reasons.values())
         row["negatives"] = f"{wrong} of {controls} ({wrong / controls:.0%})" if controls else "—"
@@ -149,134 +143,123 @@ def summary_rows(data: ReportData, threshold: float) -> list[dict[str, str]]:
     return rows
 
 
-def _value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+def grading_rows(data: ReportData) -> list[dict[str, str]]:
+    """Per model: how many of its graded cells the scorers decided, the share each rule decided, and the share they
+    left to the judges (or undecided, without judges)."""
+    rows = []
+    for label in data.models:
+        rules = data.tallies.get(label, Tally()).rules
+        total = sum(rules.values())
+        if not total:
+            continue
+        left = rules.get(LEFT_BY_SCORERS, 0)
+        by_rule = [f"{key}: {n / total:.1%}" for key, n in rules.most_common() if key != LEFT_BY_SCORERS]
+        decided = total - left
+        rows.append(
+            {
+                "model": label,
+                "decided": f"{decided:,} of {total:,} ({decided / total:.1%})",
+                "rules": "; ".join(by_rule) or "—",
+                "left": f"{left:,} ({left / total:.1%})",
+            }
+        )
+    return rows
 
 
-def score_tables(data: ReportData, threshold: float, metric: str | None = None) -> list[dict[str, Any]]:
-    """RULER's table, per model and axis of the task (a task name, a swept parameter): a row per value of the axis
-    and a column per length, each the mean score x 100 of its cells (over the other axes) under ``metric`` (the
-    spec's first scorer: F1 for GraphWalks, a similarity ratio for MRCR); each row's average and its pass rate; each
-    length's average over the rows (every value weighs the same, as RULER averages its tasks); and the effective
-    length as RULER reads it (`grading.ruler.effective_length`): the longest length whose average is at or above the
-    threshold, written `<4K` when none is and `>128K` when the longest is."""
+def score_tables(data: ReportData, threshold: float) -> list[dict[str, Any]]:
+    """Per model and axis of the task's cells (a task name, a swept parameter; "all" for cells with none): a row per
+    value of the axis and a column per length, each the run's metric over its cells (over the other axes), x 100
+    for a percentage; each row's average and its pass rate; each length's average over the rows (every value weighs
+    the same, as RULER averages its tasks); and the effective length as RULER reads it (`headline.longest_at`): the
+    longest length whose average is at or above the threshold."""
+    times, bar = headline.scale(data), headline.scale(data) * threshold
     tables = []
     for label in data.models:
-        rows = [r for r in data.scores if r["model"] == label]
-        if not rows:
-            continue
+        rows = [r for r in data.values if r["model"] == label]
         lengths = sorted({r["context_length"] for r in rows})
-        for axis in sorted({k for r in rows for k in r["axes"]}) or [None]:
-            sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-            passed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for axis in dict.fromkeys(r["axis"] for r in rows):
+            means: dict[str, dict[int, float]] = {}
+            passed: dict[str, list[int]] = {}
             for r in rows:
-                value = "all" if axis is None else _value(r["axes"].get(axis))
-                cell = sums[value][r["context_length"]]
-                cell[0] += r["score"] * r["n"]
-                cell[1] += r["n"]
-                passed[value][0] += r["passes"]
-                passed[value][1] += r["n"]
-            means = {v: {n: 100 * t / k for n, (t, k) in by.items() if k} for v, by in sorted(sums.items())}
-            averages = {
-                n: sum(m[n] for m in means.values() if n in m) / sum(n in m for m in means.values()) for n in lengths
-            }
-            effective = ruler.effective_label(ruler.effective_length(averages, 100 * threshold), lengths)
+                if r["axis"] == axis:
+                    if r["score"] is not None:
+                        means.setdefault(r["value"], {})[r["context_length"]] = times * r["score"]
+                    counts = passed.setdefault(r["value"], [0, 0])
+                    counts[0] += r["passes"]
+                    counts[1] += r["n"]
+            averages = {n: _mean([m[n] for m in means.values() if n in m]) for n in lengths}
+            scored = {n: a for n, a in averages.items() if a is not None}
             tables.append(
                 {
                     "model": label,
                     "axis": axis,
-                    "metric": metric or "score",
-                    "lengths": [f"{n:,}" for n in lengths],
+                    "label": data.view.label(axis) if axis is not None else "",
+                    "lengths": [notation.length(n) for n in lengths],
                     "rows": [
                         {
                             "value": value,
-                            "scores": [f"{m[n]:.1f}" if n in m else "—" for n in lengths],
-                            "average": f"{sum(m.values()) / len(m):.1f}",
-                            "pass_rate": f"{passed[value][0] / passed[value][1]:.0%}" if passed[value][1] else "—",
+                            "scores": [_written(data, m.get(n)) for n in lengths],
+                            "average": _written(data, _mean(list(m.values()))),
+                            "pass_rate": f"{p / k:.0%}" if k else "—",
                         }
                         for value, m in means.items()
+                        for p, k in [passed[value]]
                     ],
-                    "averages": [f"{averages[n]:.1f}" for n in lengths],
-                    "average": f"{sum(averages.values()) / len(averages):.1f}",
-                    "effective": effective,
+                    "averages": [_written(data, averages[n]) for n in lengths],
+                    "average": _written(data, _mean(list(scored.values()))),
+                    "effective": notation.effective(headline.longest_at(scored, bar), lengths),
                 }
             )
     return tables
 
 
-def _metric(spec: dict[str, Any]) -> str | None:
-    """The name of the spec's first scorer (what a score table's numbers are)."""
-    scoring = spec.get("scoring") or []
-    return next(iter(scoring[0]), None) if scoring and isinstance(scoring[0], dict) else None
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
-def ruler_scores(data: ReportData) -> dict[str, dict[int, dict[str, float]]]:
-    """RULER's task scores of a run whose cells have RULER's task as an axis: per model, length and task, the mean
-    score x 100 of its graded cells (over any other axes). Empty for any other run."""
-    sums: dict[str, dict[int, dict[str, list[float]]]] = {}
-    for r in data.scores:
-        task = r["axes"].get("task")
-        if task in ruler.TASKS and r["n"]:
-            by_task = sums.setdefault(r["model"], {}).setdefault(r["context_length"], {})
-            total = by_task.setdefault(task, [0.0, 0.0])
-            total[0] += r["score"] * r["n"]
-            total[1] += r["n"]
-    return {
-        model: {n: {task: 100 * t / k for task, (t, k) in sorted(ts.items())} for n, ts in sorted(lengths.items())}
-        for model, lengths in sums.items()
-    }
+def _written(data: ReportData, value: float | None) -> str:
+    """A table's number: to one decimal (a percentage's), or three figures."""
+    return "—" if value is None else f"{value:.1f}" if data.metric.percent else f"{value:.3g}"
 
 
-def ruler_summary(data: ReportData, threshold: float) -> dict[str, Any] | None:
-    """RULER's results, for report/ruler.json and ruler.md: per model the task scores per length, each length's
-    average, and the effective length by RULER's rule (`runners.grading.ruler`); None for a run without RULER's
-    tasks as an axis."""
-    scores = ruler_scores(data)
-    if not scores:
+def headline_table(data: ReportData, threshold: float) -> dict[str, Any] | None:
+    """The family's headline table, as the page shows it (its files have the same: `headline.summary`)."""
+    table = data.view.table
+    scores = headline.scores_of(data, table.axis) if table is not None else {}
+    if table is None or not scores:
         return None
-    models = {}
-    for model, by_length in scores.items():
-        averages = {n: ruler.length_score(tasks) for n, tasks in by_length.items()}
-        effective = ruler.effective_length(averages, 100 * threshold)
-        models[model] = {
-            "effective_length": effective,
-            "effective_label": ruler.effective_label(effective, sorted(averages)),
-            "lengths": {
-                str(n): {"tasks": {t: round(v, 2) for t, v in tasks.items()}, "average": round(averages[n], 2)}
-                for n, tasks in by_length.items()
-            },
-            "average": round(sum(averages.values()) / len(averages), 2),
-        }
-    return {"threshold": round(100 * threshold, 2), "models": models, "table": ruler.table(scores, 100 * threshold)}
+    lengths, rows = headline.rows(scores, headline.scale(data) * threshold)
+    return {"title": table.title, "lengths": [notation.length(n) for n in lengths], "rows": rows}
 
 
 def summary_words(data: ReportData, threshold: float) -> list[dict[str, str]]:
     """The summary per model in sentences, as a reader would quote it."""
     lines = []
     for label in data.models:
-        rows = data.heat.get(label, [])
         lengths = [r for r in data.lengths if r["model"] == label]
+        heat = data.heat.get(label, [])
         tally = data.tallies.get(label, Tally())
         parts = []
-        if rows or lengths:  # a task without depths (GraphWalks, MRCR): pass rates per length only
-            s = model_summary(rows or lengths)
+        if lengths:
+            s = model_summary(lengths)
             rate = f"{s['rate']:.1%} of {s['n']} cells pass (95% CI {s['ci_low']:.1%}-{s['ci_high']:.1%})"
-            if rows:
-                longest = s["all_depths_pass_up_to"]
+            if heat:
+                longest = model_summary(heat)["all_depths_pass_up_to"]
                 rate += "; " + (
-                    f"every depth passes up to {longest:,} tokens" if longest else "at no length does every depth pass"
+                    f"every depth passes up to {notation.length(longest)} tokens"
+                    if longest
+                    else "at no length does every depth pass"
                 )
             parts.append(rate)
-            eff = effective_length(lengths, threshold)
-            shortest = min(r["context_length"] for r in lengths)
+            eff = _effective(lengths, threshold)
             parts.append(
-                f"effective length {_length(eff['length'], shortest)} tokens at a pass rate of {threshold:.1%} "
-                f"(95%: {_length(eff['low'], shortest)} to {_length(eff['high'], shortest)})"
+                f"effective length {eff['length']} tokens at a pass rate of {threshold:.1%} "
+                f"(95%: {eff['low']} to {eff['high']})"
             )
         if tally.needles_found.n:
-            parts.append(f"{tally.needles_found.value:.1%} of needles found on average")
+            parts.append(f"{tally.needles_found.result():.1%} of needles found on average")
         if tally.judge_scores.n:
-            parts.append(f"mean judge score {tally.judge_scores.value:.1f} of 10")
+            parts.append(f"mean judge score {tally.judge_scores.result():.1f} of 10")
         wrong = sum(tally.negative_reasons.values())
         controls = sum(r["n"] for r in data.negatives if r["model"] == label)
         if controls:
@@ -312,7 +295,7 @@ def _comparison_rows(comparisons: list[Comparison]) -> list[dict[str, Any]]:
                 "only_second": c.only_second,
                 "p": f"{c.p_value:.3g}",
                 "reading": "a change beyond noise (p < 0.05)" if significant else "within noise",
-                "flipped": c.flipped[:200],
+                "flipped": [{**f, "length": notation.length(f["context_length"])} for f in c.flipped[:200]],
             }
         )
     return rows
@@ -373,14 +356,16 @@ def render_page(
         cells = json.loads(Path(m["path"]).read_text("utf-8")) if size <= EMBED_BYTES else None
         models.append({"label": m["label"], "count": m["count"], "file": m["file"], "cells": cells})
     kinds = {name: name.split("-", 1)[0] for name, _, _ in drawn}
+    axes = [{"key": a.key, "label": a.label} for a in data.view.axes]
     payload = {
         "charts": [{"name": n, "kind": kinds[n], "model": model, "spec": c.to_dict()} for n, model, c in drawn],
         "models": models,
+        "axes": axes,  # what the browser's cells are told apart by, beside model and length
         "shown": SHOWN,
     }
     variants = sorted({p["name"] for r in runs for p in r.spec.get("prompts", [])})
-    lengths = sorted({r["context_length"] for rows in data.heat.values() for r in rows})
-    depths = sorted({r["depth"] for rows in data.heat.values() for r in rows})
+    lengths = sorted({r["context_length"] for r in (*data.lengths, *data.negatives)})
+    label = data.metric.label
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     template = env.from_string(_asset("page.html.j2"))
     names = run_labels(runs) if len(runs) > 1 else [None]
@@ -390,8 +375,12 @@ def render_page(
         version=__version__,
         runs=[_run_header(r, n) for r, n in zip(runs, names, strict=True)],
         summary=summary_rows(data, threshold),
-        score_tables=score_tables(data, threshold, _metric(runs[0].spec)),
-        threshold_score=f"{100 * threshold:.1f}",
+        grading=grading_rows(data),
+        depth=data.view.depth,
+        metric={"label": label, "heading": label[:1].upper() + label[1:], "percent": data.metric.percent},
+        headline=headline_table(data, threshold),
+        score_tables=score_tables(data, threshold),
+        threshold_score=_written(data, headline.scale(data) * threshold),
         words=summary_words(data, threshold),
         threshold=f"{threshold:.1%}",
         notes=_notes(runs),
@@ -399,8 +388,8 @@ def render_page(
         cache_arms=_cache_arm_rows(data.cache_arms),
         charts=[{"name": n} for n, _, _ in drawn],
         browser_models=[m["label"] for m in models],
-        lengths=lengths,
-        depths=[f"{d:g}" for d in depths],
+        lengths=[{"value": str(n), "text": notation.length(n)} for n in lengths],
+        axes=[{**a, "values": data.axis_values.get(a["key"], [])} for a in axes],
         variants=variants,
         css=Markup(_raw_script(_asset("page.css"))),
         data_json=Markup(script_json(payload)),

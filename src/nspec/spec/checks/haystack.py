@@ -8,6 +8,7 @@ from typing import Any
 
 from nspec import corpora
 from nspec.compiler.haystack import load_haystack, source_problem
+from nspec.datasets import DataSetMissing, path_of
 from nspec.errors import SpecError
 from nspec.inputs import glob_files
 from nspec.spec.yamlsource import Path
@@ -54,7 +55,12 @@ def _haystack_files(c: SpecChecker, haystack: dict[str, Any]) -> None:
             if not isinstance(name, str):
                 fit = False
                 continue
-            full = os.path.join(c.base_dir, name)
+            try:
+                full = path_of(name, c.base_dir)
+            except DataSetMissing as exc:
+                c.error(("haystack", "stack", key), str(exc))
+                fit = False
+                continue
             outside = c.confinement.problem(full) if c.confinement is not None else None
             if outside is None and "\0" not in name and not os.path.lexists(full):  # outside: not even looked at
                 source = stack.get("source")

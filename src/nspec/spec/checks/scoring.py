@@ -1,4 +1,4 @@
-"""Scoring: one judge entry at the end, the scorers' templates and patterns, and the judges' prompts and panels."""
+"""Scoring: one judge entry, at the end; each scorer's options (`checks.scorers`); the judges' prompts and panels."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 from nspec.compiler.judge_prompts import PLACEHOLDERS, PRESETS
 from nspec.spec.yamlsource import Path
-from nspec.templates import regex_error
 
 from .base import SpecChecker
 from .models import model_settings
+from .scorers import scoring_issues
 
 
 def check_scoring(c: SpecChecker) -> None:
@@ -25,31 +25,25 @@ def check_scoring(c: SpecChecker) -> None:
             ("scoring", judges[0]),
             "the `judge` entry must come last: it grades what the scorers above it leave undecided",
         )
+    c.issues += scoring_issues(c.data, c.source)
     for i, scorer in enumerate(scoring):
         if not isinstance(scorer, dict):
             continue
-        for kind in ("contains", "exact", "all_of"):
-            value = scorer.get(kind)
-            if isinstance(value, dict):
-                c.template(("scoring", i, kind, "value"), value.get("value"), {"answer"}, f"`{kind}`")
-            else:
-                c.template(("scoring", i, kind), value, {"answer"}, f"`{kind}`")
-        regex = scorer.get("regex")
-        pattern = regex.get("pattern") if isinstance(regex, dict) else regex
-        if isinstance(pattern, str) and regex_error(pattern):
-            where = ("scoring", i, "regex", "pattern") if isinstance(regex, dict) else ("scoring", i, "regex")
-            c.error(where, str(regex_error(pattern)))
         judge = scorer.get("judge")
         if isinstance(judge, dict):
-            _judge(c, ("scoring", i, "judge"), judge)
+            _judge(c, ("scoring", i, "judge"), judge, len(scoring))
 
 
-def _judge(c: SpecChecker, path: Path, judge: dict[str, Any]) -> None:
+def _judge(c: SpecChecker, path: Path, judge: dict[str, Any], entries: int) -> None:
     implied = _judge_prompt(c, (*path, "prompt"), judge)
     rubric = judge.get("rubric") or implied or "pass-fail"
-    if rubric == "score-10" and "threshold" not in judge:
+    if rubric == "score-10" and "threshold" not in judge and entries > 1:
         by = f" (prompt {judge['prompt']} grades 1-10)" if implied and "rubric" not in judge else ""
-        c.error(path, f"rubric score-10{by} needs `threshold`: the lowest score that passes (e.g. 7)")
+        c.error(
+            path,
+            f"rubric score-10{by} without `threshold` gives scores, not verdicts, so the judges must grade every "
+            "cell alone: give `threshold` (the lowest score that passes, e.g. 7) or leave the judge alone in scoring",
+        )
     if rubric == "pass-fail" and "threshold" in judge:
         c.error((*path, "threshold"), "`threshold` applies to rubric score-10 only", at_key=True)
     models = judge.get("models")

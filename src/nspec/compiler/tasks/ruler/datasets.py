@@ -1,6 +1,6 @@
 """Reading the data sets of RULER's QA tasks: SQuAD 2.0's dev set (qa_1) and HotpotQA's dev set in its distractor
 setting (qa_2), files the user downloads (RULER's ``scripts/data/synthetic/json/download_qa_dataset.sh``) and keeps
-as ``squad.json`` and ``hotpotqa.json``, RULER's names.
+as ``squad.json`` and ``hotpotqa.json``, RULER's names, or `nspec data fetch` keeps in the cache (`nspec.datasets`).
 
 The whole file is read (through `nspec.inputs`, so only a regular file, never more than `LIMIT` bytes), decoded as
 untrusted (`compiler.json_input`) and checked for what RULER reads of it — and for questions no answer could fail or
@@ -130,9 +130,10 @@ def read_rows(dataset: str, path: str) -> Any:
     name, urls = SOURCES[dataset]
     if not os.path.lexists(path):
         raise DatasetError(
-            f"{path}: not found. It is {name}, which RULER's qa task reads; download it from "
+            f"{path}: not found. It is {name}, which RULER's qa task reads: name the copy nspec fetches, "
+            f"`{dataset}: data:{dataset}` (after `nspec data fetch {dataset}`), or download it from "
             + " or ".join(urls)
-            + f" (RULER's download_qa_dataset.sh) and save it as {path}"
+            + f" and save it as {path}"
         )
     try:
         document = decode(Source(path, read_input(path, LIMIT)))

@@ -12,7 +12,8 @@ continues one, the end of the user turn where not), RULER's tokens to generate t
 
 The essay haystack is `corpus: paul-graham` (`nspec.corpora`), the essays joined with nothing between them as RULER
 joins them; `qa_1` and `qa_2` read the user's SQuAD and HotpotQA files (`.datasets`), named by the `squad` and
-`hotpotqa` parameters, relative to the spec that names them.
+`hotpotqa` parameters, relative to the spec that names them, or the copies `nspec data fetch` keeps (`data:squad`,
+`data:hotpotqa`: the default).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from nspec.datasets import path_of
 from nspec.errors import CellError, CompileError, UserError
 
 from ... import grid as grid_axes
@@ -56,8 +58,8 @@ TASKS: dict[str, RulerTask] = {
     "qa_1": RulerTask("qa", ("squad",), qa.TOKENS_TO_GENERATE, "string_match_part", "squad"),
     "qa_2": RulerTask("qa", ("hotpotqa",), qa.TOKENS_TO_GENERATE, "string_match_part", "hotpotqa"),
 }
-# Where the data sets are looked for when the spec does not say (RULER's file names, beside the spec).
-DATA_FILES = {"squad": "data/squad.json", "hotpotqa": "data/hotpotqa.json"}
+# The data sets read when the spec names none: the copies `nspec data fetch` keeps (`nspec.datasets`).
+DATA_FILES = {"squad": "data:squad", "hotpotqa": "data:hotpotqa"}
 PATH_PARAMS = ("squad", "hotpotqa")
 
 
@@ -117,8 +119,9 @@ def _read_corpus(dataset: str, path: str, stamp: tuple[str, int, int] | None) ->
 
 
 def data_file(params: Mapping[str, Any], dataset: str, base_dir: str) -> str:
-    """The path of a QA data set as the spec names it (or RULER's file name beside the spec)."""
-    return os.path.normpath(os.path.join(base_dir, params.get(dataset, DATA_FILES[dataset])))
+    """The path of a QA data set as the spec names it: a path relative to the spec, or a data set `nspec data fetch`
+    keeps (the default); `DataSetMissing` when that is not fetched yet."""
+    return os.path.normpath(path_of(params.get(dataset, DATA_FILES[dataset]), base_dir))
 
 
 class RulerFamily(Family):
@@ -160,7 +163,10 @@ class RulerCells(Task):
         dataset = self.task.dataset
         if dataset is not None:  # the data set as read, for the compile hash (`Task.inputs_digest`)
             key = (dataset,) if dataset in self.params else ("task",)
-            path = data_file(self.params, dataset, self.base_dir)
+            try:
+                path = data_file(self.params, dataset, self.base_dir)
+            except UserError as exc:
+                raise ParamError(key, str(exc)) from None
             outside = setup.confinement.problem(path) if setup.confinement is not None else None
             if outside is not None:
                 raise ParamError(key, f"{self.params.get(dataset, DATA_FILES[dataset])} {outside}")
