@@ -343,3 +343,15 @@ def test_a_prefill_goes_only_to_models_that_continue_one(spec_file):
         " params: {continue_final_message: true}}]",
     )
     assert load_spec(spec_file(vllm, "vllm.yaml")).data
+
+
+def test_a_misspelt_model_is_named_in_the_rule_its_id_breaks(spec_file):
+    """A misspelt Claude id reads as a model that takes no prefill: the refusal says what to fix, the spelling."""
+    text = BASE.replace("models: [{id: openai/gpt-4.1-mini}]", "models: [{id: anthropic/claude-hiaku-4-5}]")
+    text = text.replace('user: "{haystack} {question}"', 'user: "{haystack} {question}", prefill: "It is"')
+    (issue,) = issues(spec_file, text)
+    assert "prompt.prefill: anthropic/claude-hiaku-4-5 (models[0]) cannot continue a prefill" in issue
+    assert issue.endswith(
+        "(is 'anthropic/claude-hiaku-4-5' misspelt? did you mean 'anthropic/claude-haiku-4-5' or "
+        "'anthropic/claude-opus-4-5'?)"
+    )

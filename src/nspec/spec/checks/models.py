@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.providers.contract import Provider
 from nspec.compiler.providers.credentials import key_destination_problem
 from nspec.compiler.providers.registry import names, provider
@@ -120,8 +121,18 @@ def _prefill(c: SpecChecker, path: Path, model: dict[str, Any], api: Provider) -
     for source, text in sources:
         problem = api.prefill_problem(model, text) if isinstance(text, str) else None
         if problem is not None:
-            c.error(source, f"{model.get('id')} ({format_path(path)}) {problem}")
+            c.error(source, f"{model.get('id')} ({format_path(path)}) {problem}{_misspelt(model)}")
             break
+
+
+def _misspelt(model: dict[str, Any]) -> str:
+    """A word for a rule that refuses a model's id as its API reads it, where the id is probably misspelt (not in
+    the price table, a listed model's name close to it): the misspelling, not the rule, is what to fix."""
+    model_id = model.get("id")
+    if not isinstance(model_id, str) or table_entry(model_id) is not None:
+        return ""
+    close = close_names(model_id)
+    return f" (is {model_id!r} misspelt? did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def _destination(c: SpecChecker, path: Path, model: dict[str, Any], known: bool) -> None:
