@@ -139,7 +139,7 @@ def test_a_local_model_file_that_is_no_gguf_is_refused_at_its_id(cli, spec_file,
 
 
 ROWS_60MB = """
-import json, resource, sys
+import json, re, sys
 from nspec.cli import main
 edges = "abcdef0123 -> 0123abcdef\\n" * 2_400_000  # 60 MB, a graph no grid length holds
 rows = [{"prompt": edges, "answer_nodes": ["x"], "problem_type": "bfs"},
@@ -148,7 +148,9 @@ with open("rows.jsonl", "w") as fh:
     fh.writelines(json.dumps(row) + "\\n" for row in rows)
 del edges, rows
 code = main(["compile", "spec.yaml", "-o", "out"])
-print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+# VmHWM, not ru_maxrss: Linux carries the forking test worker's peak into a child's ru_maxrss across exec
+peak_kb = int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+print(code, peak_kb // 1024)
 """
 
 
@@ -158,7 +160,7 @@ def test_a_published_row_of_60_mb_that_fits_no_length_is_never_tokenised(spec_fi
     ran = subprocess.run([sys.executable, "-c", ROWS_60MB], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     code, megabytes = map(int, ran.stdout.split()[-2:])
     assert code == 0, ran.stderr
-    assert megabytes < 700, megabytes
+    assert megabytes < 450, megabytes  # the script itself peaks near 210 MB building the file
     run = next((tmp_path / "out" / "t").iterdir())
     (unplaced,) = [f for f in json.loads((run / "manifest.json").read_text())["fallbacks"] if f["kind"] == "unplaced"]
     assert unplaced["cells"] == 1 and len((run / "cells.jsonl").read_text().splitlines()) == 1
