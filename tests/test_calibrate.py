@@ -195,7 +195,7 @@ def test_where_composed_counts_are_wrong_every_cell_is_counted_whole(emulator, t
 @pytest.mark.parametrize(
     "content, message",
     [
-        ("{not json", "spec.counts.json:1:2: is not JSON"),
+        ("{not json", "spec.counts.json:1:2: not JSON ("),
         (
             '{"nspec_counts": 1, "models": {"anthropic/x": {"counted_by": "a", "composition": "maybe", "counts": {}}}}',
             "models.anthropic/x.composition",

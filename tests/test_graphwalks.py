@@ -168,7 +168,7 @@ def test_a_published_row_beyond_a_model_s_context_is_unplaced_not_dropped(cli, s
         (
             '{"prompt": "p", "answer_nodes": ["a"], "problem_type": "bfs"}\n{oops\n',
             "{data: walks.jsonl}",
-            "task.params.data: walks.jsonl:2:2: not a JSON row",
+            "task.params.data: walks.jsonl:2:2: not JSON (",
         ),
         (
             '{"prompt": "p", "answer_nodes": "a", "problem_type": "bfs"}\n',

@@ -260,6 +260,17 @@ FAULTS = {
         _html,
         "MalformedResponse: openai batches: the answer is not what the API documents",
     ),
+    # Valid JSON the SDK's own decoder recurses into until the stack runs out (the live path reads with orjson).
+    "a body nested 100,000 deep on every create": (
+        "POST /v1/batches",
+        lambda call, default: Reply(200, b"[" * 100_000 + b"]" * 100_000),
+        "MalformedResponse: openai batches: the answer is not what the API documents (RecursionError",
+    ),
+    "a body nested 100,000 deep on every poll": (
+        "GET /v1/batches/{}",
+        lambda call, default: Reply(200, b"[" * 100_000 + b"]" * 100_000),
+        "MalformedResponse: openai batches: the answer is not what the API documents (RecursionError",
+    ),
 }
 
 

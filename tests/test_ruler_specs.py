@@ -50,7 +50,7 @@ def folder(tmp_path, monkeypatch):
     monkeypatch.chdir(specs)
     yield specs
     family.essay.cache_clear()
-    family._corpus.cache_clear()
+    family._read_corpus.cache_clear()
 
 
 def install_data(cache: Path, monkeypatch: pytest.MonkeyPatch, articles: int = 4, questions: int = 4) -> None:
@@ -62,7 +62,7 @@ def install_data(cache: Path, monkeypatch: pytest.MonkeyPatch, articles: int = 4
         "hotpotqa": {"hotpot_dev_distractor_v1.json": json.dumps(hotpotqa(questions), indent=1).encode()},
     }
     install(cache, monkeypatch, installed)
-    family._corpus.cache_clear()
+    family._read_corpus.cache_clear()
 
 
 def mine(task: str, lengths: str = "[4096]", trials: int = 1, models: str = "[{id: openai/gpt-4.1-mini}]") -> str:

@@ -109,8 +109,8 @@ def test_a_slash_opening_is_cut_exactly_when_nothing_before_the_newlines_is_punc
     "tail, message",
     [
         ('{"id": "x", "body": "no text"}\n]\n', "items.json:122:1: needs `id` and a non-empty `text`"),
-        ('{"id": "x", "text": "broken}\n]\n', "items.json:122:1: not valid JSON: Invalid control character"),
-        ('{"id": "x", "text": "fine"}\n] trailing\n', "items.json:123:1: not valid JSON: text after the array"),
+        ('{"id": "x", "text": "broken}\n]\n', "items.json:122:29: not JSON (unexpected control character in string)"),
+        ('{"id": "x", "text": "fine"}\n] trailing\n', "items.json:123:3: not JSON (unexpected content after document)"),
     ],
     ids=["missing field", "bad element", "text after"],
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from nspec.errors import CompileError
@@ -32,7 +32,6 @@ from .models import Model, ModelSlot, model_prompt, models_of, prompt_variants
 from .record import Cell, Records
 from .stats import CompileStats
 from .tasks import Fixed, ParamError, PlacingTask, Setup, Sized, Slot, Task, registry
-from .tokenizers import floor_count
 
 # The haystack of a family that reads none.
 _NO_HAYSTACK = HaystackSource("none", [], "", "none", "")
@@ -104,7 +103,7 @@ class Compilation:
             # noise repeats its few sentences by design
             refuse_repetition=haystack.get("repeat", "allow") == "error" and self.source.kind != "noise",
         )
-        self.sized = SizedFitter(self.records, self.stats, smallest=mode is Mode.VALIDATE)
+        self.sized = SizedFitter(self.records, self.stats)
         self.fixed = FixedFitter(self.lengths, self.stats)
 
     def _tasks(self, base_dir: str, confinement: Confinement | None) -> list[tuple[dict[str, Any], Task]]:
@@ -136,18 +135,15 @@ class Compilation:
         return self._walk(_Pass(self.trials, self.lengths, self.models))
 
     def check(self) -> None:
-        """What compile refuses, found as compile finds it (validate): the first trial at the shortest length, the
-        haystack not read — a `Fill` draft's prompt and inserts are counted alone, a generated context is built at
-        its smallest size, every model counted by a floor (nothing is loaded: a family that generates its contexts
-        leaves a model its own engine counts to compile, as under a floor no size would overflow); then, where a
-        haystack is read, the first trial at the longest length built as compile builds it (the haystack tokenised
-        once), for the models not counted by their own engine."""
-        cheap = [m for m in self.models if floor_count(m.tokenizer) is m.tokenizer]
-        floored = [_floored(m) for m in (self.models if self.fills else cheap)]
-        for _ in self._walk(_Pass(1, [min(self.lengths)], floored, read_haystack=False)):
+        """What compile refuses, found as compile finds it (validate), every model counted as compile counts it (a
+        local model by its own tokenizer): the first trial at the shortest length — a generated context sized and
+        built as compile sizes and builds it; for a `Fill` draft, its prompt and inserts counted alone, the haystack
+        not read — then, where a haystack is read, the first trial at the longest length built as compile builds it
+        (the haystack tokenised once)."""
+        for _ in self._walk(_Pass(1, [min(self.lengths)], self.models, read_haystack=not self.fills)):
             pass
         if self.fills:
-            for _ in self._walk(_Pass(1, [max(self.lengths)], cheap)):
+            for _ in self._walk(_Pass(1, [max(self.lengths)], self.models)):
                 pass
 
     def _walk(self, scope: _Pass) -> Iterator[Cell]:
@@ -223,8 +219,3 @@ class Compilation:
 
         self.stats.dropped[model.label] += cells([*before, length]) - cells(before)
         return False
-
-
-def _floored(model: Model) -> Model:
-    """The model counted by a floor of its tokenizer (`FloorCount`), nothing loaded."""
-    return replace(model, tokenizer=floor_count(model.tokenizer))

@@ -17,7 +17,6 @@ import functools
 import gzip
 import hashlib
 import itertools
-import json
 import operator
 import os
 import re
@@ -34,6 +33,7 @@ from nspec.errors import Location, SpecError, SpecIssue, UserError
 from nspec.inputs import Confinement, InputRefused, glob_files, open_regular, read_input
 
 from .draws import Draws
+from .json_input import DataError, Record, Source, records
 from .tokenizers import Tokenizer
 
 # RULER's noise haystack.
@@ -157,45 +157,48 @@ def _load_stack(
     id_field, text_field = stack.get("id_field", "id"), stack.get("text_field", "text")
     fields = {**QUESTION_FIELDS, **stack.get("question_fields", {})}
     items: dict[str, str] = {}
-    item_lines: dict[str, tuple[str, int]] = {}  # where each item's text was read
+    item_records: dict[str, Record] = {}  # where each item's text was read
     items_path = path_of(stack["items"], base_dir)
-    for line_no, obj in _records(items_path, stack["items"], inputs, confinement):
+    for record in _records(items_path, stack["items"], inputs, confinement):
+        obj = record.value
         item_id, text = obj.get(id_field), obj.get(text_field)
         if not isinstance(item_id, str | int) or not isinstance(text, str) or not text.strip():
-            raise _line_error(items_path, line_no, f"needs `{id_field}` and a non-empty `{text_field}`")
+            raise _line_error(record, f"needs `{id_field}` and a non-empty `{text_field}`")
         if str(item_id) in items:
-            raise _line_error(items_path, line_no, f"item id {item_id!r} appears twice")
+            raise _line_error(record, f"item id {item_id!r} appears twice")
         items[str(item_id)] = text.strip()
-        item_lines[str(item_id)] = (items_path, line_no)
+        item_records[str(item_id)] = record
     questions: list[StackQuestion] = []
     questions_path = path_of(stack["questions"], base_dir)
-    for line_no, obj in _records(questions_path, stack["questions"], inputs, confinement):
+    for record in _records(questions_path, stack["questions"], inputs, confinement):
+        obj = record.value
         item, question, answer = obj.get(fields["item"]), obj.get(fields["question"]), obj.get(fields["answer"])
         if not isinstance(question, str) or not isinstance(answer, str | int) or item is None:
             needed = ", ".join(f"`{fields[k]}`" for k in ("item", "question")) + f" and `{fields['answer']}`"
-            raise _line_error(questions_path, line_no, f"needs {needed}")
+            raise _line_error(record, f"needs {needed}")
         own = obj.get(fields["text"]) if "text" in fields else None
         if own is not None:  # the question's own copy of its item (NIAN's full_questions.json)
             if not isinstance(own, str) or not own.strip():
-                raise _line_error(questions_path, line_no, f"`{fields['text']}` must be a non-empty text")
+                raise _line_error(record, f"`{fields['text']}` must be a non-empty text")
             items[str(item)] = own.strip()
-            item_lines[str(item)] = (questions_path, line_no)
+            item_records[str(item)] = record
         elif str(item) not in items:
-            raise _line_error(questions_path, line_no, f"item {item!r} is not in {stack['items']}")
+            raise _line_error(record, f"item {item!r} is not in {stack['items']}")
         alternates = obj.get(fields["alternates"]) or []
         if not isinstance(alternates, list) or not all(isinstance(a, str) for a in alternates):
-            raise _line_error(questions_path, line_no, f"`{fields['alternates']}` must be a list of strings")
+            raise _line_error(record, f"`{fields['alternates']}` must be a list of strings")
         questions.append(StackQuestion(str(item), question, str(answer), tuple(alternates)))
     problem = stack_item_problem(items, separator)
     if problem is not None:
         item_id, message = problem
-        raise _line_error(*item_lines[item_id], message)
+        raise _line_error(item_records[item_id], message)
     if not questions:
-        raise _line_error(questions_path, 1, "has no questions")
+        raise SpecError([SpecIssue(Location(questions_path, 1, 1), "", "has no questions")])
     asked = {q.item for q in questions}
     filler = [item_id for item_id in items if item_id not in asked]
     if not filler:
-        raise _line_error(items_path, 1, "has no items left to fill the stack once the question items are excluded")
+        message = "has no items left to fill the stack once the question items are excluded"
+        raise SpecError([SpecIssue(Location(items_path, 1, 1), "", message)])
     return HaystackSource(
         "stack",
         [items[i] for i in filler],
@@ -299,69 +302,27 @@ def _read(path: str, confinement: Confinement | None) -> bytes:
     return data
 
 
-def _records(
-    path: str, name: str, inputs: _Inputs, confinement: Confinement | None
-) -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a stack file, each with the line it starts on: JSON Lines, or one JSON array (a file whose
-    first character other than white space is `[`, as NIAN's files are)."""
-    data = inputs.add(name, _read(path, confinement))
-    text = data.decode("utf-8")
-    if text.lstrip().startswith("["):
-        return _array(path, text)
-    out = []
-    for line_no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _line_error(path, line_no, f"not valid JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise _line_error(path, line_no, "each line must be a JSON object")
-        out.append((line_no, obj))
+# The most bytes of one record of a stack file: NIAN's longest limericks are some 1 KB.
+MAX_RECORD_BYTES = 16 << 20
+
+
+def _records(path: str, name: str, inputs: _Inputs, confinement: Confinement | None) -> list[Record]:
+    """The objects of a stack file: JSON Lines, or one JSON array (as NIAN's files are), decoded as untrusted
+    (`compiler.json_input`)."""
+    source = Source(path, inputs.add(name, _read(path, confinement)))
+    try:
+        out = list(records(source, MAX_RECORD_BYTES))
+    except DataError as exc:
+        raise SpecError([SpecIssue(Location(path, exc.line, exc.column or 1), exc.field, exc.reason)]) from None
+    for record in out:
+        if not isinstance(record.value, dict):
+            raise _line_error(record, "each record must be a JSON object")
     return out
 
 
-def _array(path: str, text: str) -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSON array, each with the line it starts on (decoded one element at a time; the lines counted
-    on from the last element's, not from the top each time: NIAN's limericks are tens of thousands)."""
-    decoder = json.JSONDecoder()
-    out: list[tuple[int, dict[str, Any]]] = []
-    pos = text.index("[") + 1
-    line_no, counted = 1, 0  # the line at `counted`
-    while True:
-        pos = _skip_space(text, pos)
-        if text.startswith("]", pos) and not out:
-            pos += 1
-            break
-        line_no, counted = line_no + text.count("\n", counted, pos), pos
-        try:
-            obj, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise _line_error(path, text.count("\n", 0, exc.pos) + 1, f"not valid JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise _line_error(path, line_no, "each element of the array must be a JSON object")
-        out.append((line_no, obj))
-        pos = _skip_space(text, pos)
-        if text.startswith("]", pos):
-            pos += 1
-            break
-        if not text.startswith(",", pos):
-            raise _line_error(path, text.count("\n", 0, pos) + 1, "not valid JSON: expected ',' or ']'")
-        pos += 1
-    if text[pos:].strip():
-        raise _line_error(path, text.count("\n", 0, pos) + 1, "not valid JSON: text after the array")
-    return out
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t\r\n":
-        pos += 1
-    return pos
-
-
-def _line_error(path: str, line: int, message: str) -> SpecError:
-    return SpecError([SpecIssue(Location(path, line, 1), "", message)])
+def _line_error(record: Record, message: str) -> SpecError:
+    """A refusal of a stack file's record, at the line it starts on."""
+    return SpecError([SpecIssue(Location(record.source.name, record.line, 1), "", message)])
 
 
 def trial_order(source: HaystackSource, seed: int, trial: int) -> list[int]:

@@ -55,15 +55,21 @@ class Model:
             return length
         return min(length, int((self.max_context - reserve) / (1 + margin)) + reserve)
 
-    def prompt_tokens(self, prompt: Prompt) -> tuple[int, bool]:
+    def prompt_tokens(self, prompt: Prompt, within: int | None = None) -> tuple[int, bool]:
         """A whole prompt's tokens as the model counts them — the provider's count where calibrate has it — and
-        whether the count is exact."""
+        whether the count is exact. With ``within``, a prompt whose characters alone hold more tokens than that
+        (`Tokenizer.fewest`) is not tokenised: that floor is returned, inexact (a published row of 60 MB is refused
+        by its length, never held as tokens)."""
         if self.counter is not None:
             known = self.counter.prompt(prompt)
             if known is not None:
                 return known, True
         tokenizer = self.tokenizer
         texts = prompt.texts()
+        if within is not None:
+            fewest = tokenizer.fewest(sum(map(len, texts)))
+            if fewest > within:
+                return fewest, False
         own = tokenizer.framing(len(texts), prompt.prefill is not None) + sum(tokenizer.own_count(t) for t in texts)
         return tokenizer.scale(own), tokenizer.exact
 

@@ -414,6 +414,7 @@ def fallbacks(compilation: Compilation, models: list[dict[str, Any]]) -> list[di
                     "they have no cell: add a longer context length to run them",
                 }
             )
+        out.extend(_family_notes(stats, label))
         far = stats.far[label]
         if far:
             out.append(
@@ -435,6 +436,27 @@ def fallbacks(compilation: Compilation, models: list[dict[str, Any]]) -> list[di
                     "estimate it)",
                 }
             )
+    return out
+
+
+def _family_notes(stats: CompileStats, label: str) -> list[dict[str, Any]]:
+    """What a family did in place of the cells asked for: cells it drew again because a first draw could not be
+    scored, cells it could make no longer than its largest size (cwe's vocabulary)."""
+    out = []
+    redrawn, short = stats.redrawn[label], stats.short[label]
+    if redrawn:
+        message = (
+            f"{label}: {redrawn} cells were drawn again (seeded) because their first draw could not be scored (an "
+            "expected answer empty, or absent from the context); each cell's data says what it asks"
+        )
+        out.append({"kind": "redrawn", "model": label, "cells": redrawn, "message": message})
+    if short:
+        message = (
+            f"{label}: {short} cells reach the task's largest size before their length: their prompts hold as few as "
+            f"{stats.shortest[label]:,} tokens (the task makes nothing larger); each cell's context_length says "
+            "how long it is"
+        )
+        out.append({"kind": "short", "model": label, "cells": short, "message": message})
     return out
 
 

@@ -16,6 +16,9 @@ class CompileStats:
     use: SourceUse  # how often each haystack source appears within a cell
     dropped: Counter[str] = field(default_factory=Counter)  # cells of lengths beyond max_context (`on_too_long: drop`)
     unplaced: Counter[str] = field(default_factory=Counter)  # `Fixed` drafts that fit no grid length
+    redrawn: Counter[str] = field(default_factory=Counter)  # generated cells a family drew again (`Built.redrawn`)
+    short: Counter[str] = field(default_factory=Counter)  # generated cells at their family's largest size (`limit`)
+    shortest: dict[str, int] = field(default_factory=dict)  # the fewest prompt tokens among those
     repeating: Counter[str] = field(default_factory=Counter)  # cells whose haystack holds a source more than once
     capped: Counter[str] = field(default_factory=Counter)  # cells shortened to keep a proxy's margin in max_context
     far: Counter[str] = field(default_factory=Counter)  # needles more than FAR_FROM_DEPTH points from their depth

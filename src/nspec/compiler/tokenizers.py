@@ -60,6 +60,9 @@ _ENCODINGS: dict[str, dict[str, Any]] = {
 # How much higher than a proxy's count a model's real count may be, unless the spec says: newer tokenizers of one
 # vendor make up to 1.35-1.47x the tokens of earlier ones on the same text (ANCHORS-2026 §6): no factor is safe.
 DEFAULT_PROXY_MARGIN = 0.2
+# The least factor a proxy may have: no tokenizer makes fewer than a quarter of o200k_base's tokens, and a smaller
+# one would let a generated context grow far past its length before its count said so (1e-300: without end).
+MIN_PROXY_FACTOR = 0.25
 _MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts kept
 _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
 _MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_part_count`)
@@ -104,6 +107,12 @@ class Tokenizer(Protocol):
 
     def scale(self, tokens: int) -> int:
         """Model tokens for ``tokens`` of this tokenizer's own (the proxy factor); identity for exact ones."""
+        ...
+
+    def fewest(self, characters: int) -> int:
+        """The fewest model tokens texts of ``characters`` characters in all can count as (no token holds more bytes
+        than the vocabulary's longest, and a character is a byte or more): what tells a prompt too long for a length
+        without tokenising it. 0 where the longest token is not known."""
         ...
 
     def framing(self, messages: int, prefill: bool) -> int:
@@ -171,6 +180,11 @@ def _capital(text: str) -> bool:
     return "A" <= text[:1] <= "Z"
 
 
+def fewest_tokens(characters: int, longest: int) -> int:
+    """The fewest tokens of at most ``longest`` bytes that texts of ``characters`` characters in all can be."""
+    return -(-characters // longest)
+
+
 @dataclass
 class TiktokenTokenizer:
     """An exact OpenAI encoding."""
@@ -178,6 +192,7 @@ class TiktokenTokenizer:
     name: str
     encoding: Any  # tiktoken.Encoding
     byte_lengths: Sequence[int]
+    longest: int  # the bytes of its longest token
     exact: bool = True
     margin: float = 0.0
     # Counts of short texts: fitting a context counts the same templates, needles and joins again and again.
@@ -233,6 +248,9 @@ class TiktokenTokenizer:
     def scale(self, tokens: int) -> int:
         return tokens
 
+    def fewest(self, characters: int) -> int:
+        return fewest_tokens(characters, self.longest)
+
     def framing(self, messages: int, prefill: bool) -> int:
         return chat_framing(messages)
 
@@ -270,52 +288,11 @@ class ProxyTokenizer:
     def scale(self, tokens: int) -> int:
         return math.ceil(tokens * self.factor)
 
+    def fewest(self, characters: int) -> int:
+        return self.scale(self.base.fewest(characters))
+
     def framing(self, messages: int, prefill: bool) -> int:
         return chat_framing(messages)
-
-
-@dataclass
-class FloorCount:
-    """A count never above ``base``'s: a token for each text that is not empty, none for the request's framing.
-    What `nspec validate` counts a model by whose tokenizer is the model itself (the local engine's, which loads the
-    model to count): what is too long even so is refused there, the rest by compile."""
-
-    base: Tokenizer
-    exact: bool = True
-    margin: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def encoding_name(self) -> str:
-        return self.base.encoding_name
-
-    @property
-    def byte_lengths(self) -> TokenLengths:
-        return self.base.byte_lengths
-
-    def encode(self, text: str) -> list[int]:
-        return self.base.encode(text)
-
-    def count(self, text: str) -> int:
-        return self.own_count(text)
-
-    def own_count(self, text: str) -> int:
-        return 1 if text else 0
-
-    def scale(self, tokens: int) -> int:
-        return tokens
-
-    def framing(self, messages: int, prefill: bool) -> int:
-        return 0
-
-
-def floor_count(tokenizer: Tokenizer) -> Tokenizer:
-    """``tokenizer``, or a `FloorCount` of it when it is a model's own (not one of this module's: counting with it
-    loads the model)."""
-    return tokenizer if isinstance(tokenizer, TiktokenTokenizer | ProxyTokenizer) else FloorCount(tokenizer)
 
 
 @functools.cache
@@ -335,7 +312,8 @@ def encoding(name: str) -> TiktokenTokenizer:
     # The lines go by rank, 0 upwards, in both files (pinned by the hash above; tests/test_context.py reads them).
     ranks = dict(zip(tokens, range(len(tokens)), strict=True))
     enc = tiktoken.Encoding(name, pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=spec["special"])
-    return TiktokenTokenizer(name, enc, list(map(len, tokens)))
+    lengths = list(map(len, tokens))
+    return TiktokenTokenizer(name, enc, lengths, max(lengths))
 
 
 def _pieces_of_lines(data: bytes, size: int) -> Iterator[bytes]:

@@ -19,6 +19,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from nspec.compiler.counts_file import COUNTS_SUFFIX, CountsFile
+from nspec.compiler.json_input import DataError, Source, decode
 from nspec.compiler.judge_prompts import judge_prompt
 from nspec.compiler.providers.registry import provider
 from nspec.compiler.tasks import registry
@@ -29,7 +30,8 @@ from nspec.spec import checks
 from nspec.spec.schema import fill_defaults, schema_issues
 from nspec.spec.yamlsource import Document, Path, SourceMap, format_path, read_document
 
-# Keys holding paths relative to the file that writes them (rewritten when they come from an included file).
+# Keys of the spec's own holding paths relative to the file that writes them (rewritten where an included file
+# writes them); a task family declares its own (`Family.path_params`).
 _PATH_KEYS: tuple[Path, ...] = (
     ("haystack", "files"),
     ("haystack", "stack", "items"),
@@ -73,6 +75,7 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     files: list[str] = []
     doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
     data, source = doc.data, doc.source
+    _rebase_paths(data, source, file)
     issues = schema_issues(data, source)
     inherited = _merge_model_defaults(data, source)
     _leave_out_refused(inherited)
@@ -109,14 +112,11 @@ def load_counts(spec_file: str) -> CountsFile | None:
     path = counts_file(spec_file)
     if not os.path.lexists(path):
         return None
-    data = read_input(path, COUNTS_LIMIT)
     try:
-        parsed = json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise SpecError([SpecIssue(Location(path, 1, 1), "", f"is not UTF-8 text ({exc.reason})")]) from None
-    except json.JSONDecodeError as exc:
-        where = Location(path, exc.lineno, exc.colno)
-        raise SpecError([SpecIssue(where, "", f"is not JSON ({exc.msg}): rerun nspec calibrate")]) from None
+        parsed = decode(Source(path, read_input(path, COUNTS_LIMIT))).value
+    except DataError as exc:
+        where = Location(path, exc.line, exc.column or 1)
+        raise SpecError([SpecIssue(where, exc.field, f"{exc.reason}: rerun nspec calibrate")]) from None
     errors = sorted(_counts_validator().iter_errors(parsed), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         issues = [
@@ -174,7 +174,6 @@ def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str], con
         except SpecError as exc:
             issues += [_via(issue, loc) if issue.location.file != file else issue for issue in exc.issues]
             continue
-        _rebase_paths(included.data, os.path.dirname(target_file), here)
         merged = included if merged is None else _merge(merged, included)
     if issues:
         raise SpecError(issues)
@@ -187,31 +186,52 @@ def _via(issue: SpecIssue, include_at: Location) -> SpecIssue:
     return SpecIssue(issue.location, issue.path, f"{issue.message} (included from {include_at})")
 
 
-def _rebase_paths(data: dict[str, Any], from_dir: str, to_dir: str) -> None:
-    """Rewrite the file paths of an included spec so they are relative to the including spec's folder."""
+def _rebase_paths(data: dict[str, Any], source: SourceMap, root: str) -> None:
+    """Rewrite every file path an included file wrote so that it is relative to the folder of the ``root`` spec, as
+    the paths it writes itself are: the spec's own path keys (`_PATH_KEYS`) and its family's path parameters
+    (`Family.path_params`, but the names of what it ships), in `task.params` and in a `grid.params` sweep alike.
+    Which file wrote a value is where the source map places it, so a family named in one file and its parameters
+    set in another are read as written."""
+    to_dir = os.path.dirname(root)
+    for container, key, path in _path_places(data):
+        written, value = source.value(path).file, container[key]
+        if isinstance(value, str) and written != root and not is_reference(value):  # a data set is no folder's
+            container[key] = os.path.relpath(os.path.join(os.path.dirname(written), value), to_dir or ".")
 
-    def rebase(p: Any) -> Any:  # a data set (`data:...`) is nobody's folder's
-        if not isinstance(p, str) or is_reference(p):
-            return p
-        return os.path.relpath(os.path.join(from_dir, p), to_dir or ".")
 
-    task = data.get("task")
-    params = task.get("params") if isinstance(task, dict) else None
-    if isinstance(params, dict):
-        try:
-            paths = registry.family(registry.named(data)).path_params
-        except UserError:
-            paths = ()  # an unknown family: the checks say so
-        for name in paths:
-            if name in params:
-                params[name] = rebase(params[name])
+Place = tuple[Any, str | int, Path]  # a value's container, its key there, and its path in the spec
+
+
+def _path_places(data: dict[str, Any]) -> list[Place]:
+    """Where the spec holds file paths: its own path keys and its family's path parameters."""
+    places: list[Place] = []
+
+    def add(container: Any, key: str | int, path: Path) -> None:
+        value = container[key]
+        if isinstance(value, list):
+            places.extend((value, i, (*path, i)) for i in range(len(value)))
+        else:
+            places.append((container, key, path))
+
     for keys in _PATH_KEYS:
         parent: Any = data
         for key in keys[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         if isinstance(parent, dict) and keys[-1] in parent:
-            value = parent[keys[-1]]
-            parent[keys[-1]] = [rebase(v) for v in value] if isinstance(value, list) else rebase(value)
+            add(parent, keys[-1], keys)
+    try:
+        family = registry.family(registry.named(data))
+    except UserError:
+        return places  # an unknown family: the checks say so
+    for section in ("task", "grid"):
+        parent = data.get(section)
+        params = parent.get("params") if isinstance(parent, dict) else None
+        if isinstance(params, dict):
+            for name in family.path_params:
+                if name in params:
+                    add(params, name, (section, "params", name))
+    shipped = family.built_in_names
+    return [(c, k, p) for c, k, p in places if p[0] == "haystack" or (isinstance(c[k], str) and c[k] not in shipped)]
 
 
 def _merge(base: Document, top: Document) -> Document:

@@ -33,6 +33,11 @@ MAX_DEPTH = 64
 
 Path = tuple[str | int, ...]
 
+# The most digits of a number a spec may write: more than any setting takes (Python refuses to read 4,300).
+MAX_DIGITS = 40
+# Half of a UTF-16 pair, which a double-quoted YAML string may write (\ud800) but is no character: nothing holding one
+# alone can be written as UTF-8 or sent.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_TAG}{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")}
 
@@ -309,7 +314,10 @@ class _Builder:
             if not isinstance(key_node, ScalarNode) or key_node.tag not in (f"{_TAG}str", f"{_TAG}int"):
                 self.issue(key_node, path, "a key must be a plain name")
                 continue
-            key = str(key_node.value)
+            key = _paired(str(key_node.value))
+            if key is None:
+                self.issue(key_node, path, LONE_SURROGATE)
+                continue
             if key in seen:
                 first = seen[key]
                 self.issue(key_node, (*path, key), f"duplicate key {key!r}; it is already set at line {first.line}")
@@ -329,13 +337,20 @@ class _Builder:
             )
             return None
         if tag == f"{_TAG}str":
-            return text
+            paired = _paired(text)
+            if paired is None:
+                self.issue(node, path, LONE_SURROGATE)
+            return paired
         self.source.raw[path] = text
         if tag == f"{_TAG}null":
             return None
         if tag == f"{_TAG}bool":
             return text.lower() == "true"
         if tag == f"{_TAG}int":
+            digits = sum(c.isalnum() for c in text)
+            if digits > MAX_DIGITS:
+                self.issue(node, path, f"a number of {digits:,} digits: specs take numbers of up to {MAX_DIGITS}")
+                return None
             return _yaml_int(text)
         if tag == f"{_TAG}float":
             value = _yaml_float(text)
@@ -345,6 +360,23 @@ class _Builder:
                 return None
             return value
         return YamlDate(text)
+
+
+LONE_SURROGATE = (
+    "holds a lone surrogate (half of a UTF-16 pair, such as \\ud800): no character, which no text sent may hold; "
+    "write the character itself (or \\U0001F600 for one beyond \\uFFFF)"
+)
+
+
+def _paired(text: str) -> str | None:
+    """``text`` with each pair of surrogates YAML's ``\\u`` escapes wrote (``\\ud83d\\ude00``, as JSON writes
+    one character beyond U+FFFF) made the character it encodes; None where a surrogate is left alone."""
+    if not _SURROGATE.search(text):
+        return text
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        return None
 
 
 def _short_tag(tag: str | None) -> str:

@@ -18,7 +18,7 @@ from .measure import Fitted
 class FixedFitter:
     """Places the `Fixed` drafts of a compile: each prompt counted once per model, made into a cell at the smallest
     of ``lengths`` the model takes that holds it with its answer budget; one that fits none is counted, once, as
-    unplaced."""
+    unplaced (one whose characters alone fit none is not tokenised)."""
 
     def __init__(self, lengths: Sequence[int], stats: CompileStats) -> None:
         self.lengths, self.stats = list(lengths), stats
@@ -35,10 +35,10 @@ class FixedFitter:
             str(slot.trial),
             json.dumps([slot.point, draft.identity], sort_keys=True),
         )
-        if key not in self._tokens:
-            self._tokens[key] = model.prompt_tokens(prompt)
-        tokens, exact = self._tokens[key]
         lengths = [n for n in self.lengths if model.max_context is None or n <= model.max_context]
+        if key not in self._tokens:  # a prompt too long for every length by its characters is not tokenised
+            self._tokens[key] = model.prompt_tokens(prompt, max(lengths, default=0) - reserve)
+        tokens, exact = self._tokens[key]
         room = (lambda n: n) if exact else (lambda n: model.fit_target(n, reserve))
         home = min((n for n in lengths if tokens + reserve <= room(n)), default=None)
         if home is None and slot.length == max(lengths):

@@ -14,6 +14,7 @@ from ..models import Model, ModelSlot
 from ..record import Records
 from ..stats import CompileStats
 from ..tasks import Built, Draft, Sized, largest_fitting, largest_within
+from ..tasks.sizing import NotGrowing
 from .generated import fitted_prompt, system
 from .measure import Fitted
 
@@ -29,50 +30,61 @@ def sized_prompt(model: Model, system_prompt: str | None, built: Built) -> Promp
 class SizedFitter:
     """Fits the `Sized` drafts of a compile. Sizes found are kept as hints: the next sample at the same length
     (`largest_fitting`'s `near`) or the next model on the same sample (`largest_within`'s) starts its search there,
-    and finds the same size from anywhere, in fewer builds from close by. ``smallest`` (validate) builds each draft
-    at its smallest size only, all a refusal depends on: a size that fits there means some size fits, and generators
-    refuse only sizes too small for what they hold."""
+    and finds the same size from anywhere, in fewer builds from close by. A size whose prompt holds more characters
+    than the length's tokens could (`Model.prompt_tokens`'s floor) does not fit, untokenised: no search holds more
+    than about twice the length's text."""
 
-    def __init__(self, records: Records, stats: CompileStats, smallest: bool) -> None:
-        self.records, self.stats, self.smallest = records, stats, smallest
+    def __init__(self, records: Records, stats: CompileStats) -> None:
+        self.records, self.stats = records, stats
         self._sizes: dict[tuple[str, str, int, str], int] = {}  # a draft's size, per model, length and draft
         self._searched: dict[tuple[str, int, str], int | None] = {}  # the grid index found, per length and draft
 
     def fit(self, slot: ModelSlot, draft: Draft, sized: Sized) -> Fitted:
-        """The draft built at the largest size whose prompt and answer budget fit the slot's length."""
+        """The draft built at the largest size whose prompt and answer budget fit the slot's length; refused where
+        no size fits, the size search never ends or the build cannot be scored (`Built.unscorable`)."""
         model = slot.model
         reserve = sized.reserve or slot.reserve
         # The provider's counts are the model's own: no proxy's margin to keep inside max_context.
         target = slot.length if model.counter is not None else model.fit_target(slot.length, reserve)
-        at = _builds(slot, draft, sized)
-
-        def fits(size: int) -> bool:
-            return at(size)[2] + reserve <= target
-
-        key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, draft.identity], sort_keys=True))
-        smallest = sized.step if sized.search is None else sized.search.first
-        if self.smallest:
-            size = smallest if (sized.limit is None or smallest <= sized.limit) and fits(smallest) else 0
-        elif sized.search is None:
-            # The last sample's size at this length: most samples fit within a step of it, found in two or three
-            # builds.
-            size = self._sizes[key] = largest_fitting(fits, sized.step, sized.limit, near=self._sizes.get(key))
-        else:
-            size = self._searched_size(key, slot, draft, sized, target - reserve)
-            while size > 0 and not fits(size):  # RULER takes a step off while the sample overflows
-                size = size - sized.step if size > sized.step else 0
+        at = _builds(slot, draft, sized, target - reserve)
+        cell = f"cell {self.records.cell_id(slot, draft)} ({model.label}, length {slot.length})"
+        try:
+            size = self._size(slot, draft, sized, target - reserve, lambda size: at(size)[2] + reserve <= target)
+        except NotGrowing as exc:
+            raise CellError(f"{cell}: the {self.records.family} task's size search never ends: {exc}") from None
         if size == 0:
+            smallest = sized.step if sized.search is None else sized.search.first
             raise CellError(
-                f"cell {self.records.cell_id(slot, draft)} ({model.label}, length {slot.length}): the "
-                f"{self.records.family} task at its smallest size ({smallest}) needs more than {target - reserve} "
-                f"tokens (the length less reserve_tokens {reserve})"
+                f"{cell}: the {self.records.family} task at its smallest size ({smallest}) needs more than "
+                f"{target - reserve} tokens (the length less reserve_tokens {reserve})"
             )
         built, prompt, tokens, exact = at(size)
+        if built.unscorable is not None:
+            raise CellError(f"{cell}: no reply could fail or pass it: {built.unscorable}")
+        if built.redrawn:
+            self.stats.redrawn[model.label] += 1
+        if size == sized.limit:
+            self.stats.short[model.label] += 1
+            self.stats.shortest[model.label] = min(self.stats.shortest.get(model.label, tokens), tokens)
         question = built.question if built.question is not None else draft.question
         expected, data = [*draft.expected, *built.expected], {**draft.data, **built.data}
         return fitted_prompt(
             slot, prompt, (tokens, exact), reserve, self.stats, question, expected, data, {"size": size}
         )
+
+    def _size(self, slot: ModelSlot, draft: Draft, sized: Sized, room: int, fits: Callable[[int], bool]) -> int:
+        """The draft's size at the slot (0: none fits)."""
+        model = slot.model
+        key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, draft.identity], sort_keys=True))
+        if sized.search is None:
+            # The last sample's size at this length: most samples fit within a step of it, found in two or three
+            # builds.
+            size = self._sizes[key] = largest_fitting(fits, sized.step, sized.limit, near=self._sizes.get(key))
+            return size
+        size = self._searched_size(key, slot, draft, sized, room)
+        while size > 0 and not fits(size):  # RULER takes a step off while the sample overflows
+            size = size - sized.step if size > sized.step else 0
+        return size
 
     def _searched_size(
         self, key: tuple[str, str, int, str], slot: ModelSlot, draft: Draft, sized: Sized, room: int
@@ -88,7 +100,7 @@ class SizedFitter:
                 return search.first + (k - 1) * search.step
 
             def count(k: int) -> int:
-                return model.prompt_tokens(sized_prompt(model, system_prompt, search.build(size(k))))[0]
+                return model.prompt_tokens(sized_prompt(model, system_prompt, search.build(size(k))), room)[0]
 
             last = None if sized.limit is None else (sized.limit - search.first) // search.step + 1
             k = largest_within(count, room, 1, last, self._searched.get(key[1:])) if last is None or last >= 1 else 0
@@ -97,8 +109,8 @@ class SizedFitter:
         return searched
 
 
-def _builds(slot: ModelSlot, draft: Draft, sized: Sized) -> Callable[[int], Build]:
-    """The draft's build at a size, with its prompt and count, each size built once."""
+def _builds(slot: ModelSlot, draft: Draft, sized: Sized, room: int) -> Callable[[int], Build]:
+    """The draft's build at a size, with its prompt and count (a floor past ``room``), each size built once."""
     model, system_prompt = slot.model, system(slot, draft)
     tried: dict[int, Build] = {}
 
@@ -106,7 +118,7 @@ def _builds(slot: ModelSlot, draft: Draft, sized: Sized) -> Callable[[int], Buil
         if size not in tried:
             built = sized.build(size)
             prompt = sized_prompt(model, system_prompt, built)
-            tried[size] = (built, prompt, *model.prompt_tokens(prompt))
+            tried[size] = (built, prompt, *model.prompt_tokens(prompt, room))
         return tried[size]
 
     return at

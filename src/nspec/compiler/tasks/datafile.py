@@ -1,15 +1,17 @@
 """Reading a data set a family's parameters name (OpenAI's GraphWalks or MRCR rows, say): JSONL, or one JSON list,
-read through `Setup.read`; every refusal a `ParamError` at the parameter, naming the file's line."""
+read through `Setup.read` and decoded as untrusted (`compiler.json_input`); every refusal a `ParamError` at the
+parameter, naming the file's line."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..json_input import DataError, Record, Source, records
 from . import ParamError, Setup
 
 LIMIT = 1 << 30  # bytes: OpenAI's files of prompts up to 128K tokens are some 100 MB as JSONL
+RECORD_LIMIT = 64 << 20  # bytes of one row: a prompt of 10M tokens is some 40 MB
 
 
 def data_param(shape: str, instead: str) -> dict[str, Any]:
@@ -29,7 +31,9 @@ ROWS_PARAM = {
 }
 
 
-def published(setup: Setup, generated: Sequence[str], what: str, checked: Callable[..., Any]) -> list[Any] | None:
+def published(
+    setup: Setup, generated: Sequence[str], what: str, checked: Callable[[Record, int], Any]
+) -> list[Any] | None:
     """The checked rows of the `data` file the parameters name (`limited`), or None when they name none: a
     family's published rows in place of the contexts it generates. Parameters only ``generated`` ``what`` use are
     refused beside `data`, and `rows` without it."""
@@ -44,9 +48,9 @@ def published(setup: Setup, generated: Sequence[str], what: str, checked: Callab
     return limited(setup, checked)
 
 
-def rows(setup: Setup, key: str = "data") -> Iterator[tuple[str, Any]]:
-    """(where, row) of each row of the file ``key`` names, ``where`` being `file:line`; parquet is refused with how
-    to convert it (nspec reads no parquet: it would need pyarrow)."""
+def rows(setup: Setup, key: str = "data") -> Iterator[Record]:
+    """Each row of the file ``key`` names; parquet is refused with how to convert it (nspec reads no parquet: it
+    would need pyarrow)."""
     name = str(setup.params[key])
     if name.endswith(".parquet"):
         raise ParamError(
@@ -54,38 +58,23 @@ def rows(setup: Setup, key: str = "data") -> Iterator[tuple[str, Any]]:
             f"{name}: nspec reads JSONL or JSON, not parquet; convert it first, e.g. with pandas: "
             "pandas.read_parquet(file).to_json(out, orient='records', lines=True)",
         )
-    data = setup.read(key, LIMIT)
+    source = Source(name, setup.read(key, LIMIT))
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ParamError((key,), f"{name}: is not UTF-8 text (byte {exc.start})") from None
-    if text.lstrip().startswith("["):
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ParamError((key,), f"{name}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
-        yield from ((f"{name} row {i + 1}", row) for i, row in enumerate(parsed))
-        return
-    found = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ParamError((key,), f"{name}:{number}:{exc.colno}: not a JSON row ({exc.msg})") from None
-        found = True
-        yield f"{name}:{number}", row
-    if not found:
-        raise ParamError((key,), f"{name}: holds no rows")
+        yield from records(source, RECORD_LIMIT)
+    except DataError as exc:
+        raise ParamError((key,), str(exc)) from None
 
 
-def limited(setup: Setup, checked: Any) -> list[Any]:
-    """The rows of `data`, each through ``checked(where, row)``, the first `rows` of them when that is given."""
+def limited(setup: Setup, checked: Callable[[Record, int], Any]) -> list[Any]:
+    """The rows of `data`, each through ``checked(row, index)`` (a `ParamError` at `data` where it refuses one),
+    the first `rows` of them when that is given."""
     limit = setup.params.get("rows")
     out: list[Any] = []
-    for where, row in rows(setup):
-        out.append(checked(where, row, len(out)))
+    for row in rows(setup):
+        try:
+            out.append(checked(row, len(out)))
+        except DataError as exc:
+            raise ParamError(("data",), str(exc)) from None
         if limit is not None and len(out) == limit:
             break
     if not out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -194,8 +195,11 @@ class Family:
     haystack_kind: ClassVar[Literal["text", "stack"] | None] = None
     # The sections of `FAMILY_SECTIONS` it reads (besides `task.params`); `check` checks them.
     sections: ClassVar[tuple[Path, ...]] = ()
-    # Parameters that are file paths relative to the spec file that writes them: an included spec's are rebased.
+    # Parameters that name files, relative to the spec file that writes them (where an included file writes one, in
+    # `task.params` or a `grid.params` sweep, the loader rebases it), and the values of them that name no file but
+    # something the family ships (NoLiMa's `builtin` set): never rebased.
     path_params: ClassVar[tuple[str, ...]] = ()
+    built_in_names: ClassVar[frozenset[str]] = frozenset()
     # The scorers of a spec that names none (e.g. `[{string_match_all: {}}]` for RULER's tasks).
     default_scoring: ClassVar[Sequence[Mapping[str, Any]]] = ({"auto": True},)
     # What the report groups its cells by (a `grid.params` sweep is an axis too), what a cell shows, and its headline
@@ -222,8 +226,11 @@ class Family:
         type."""
 
     def data_files(self, points: Sequence[Mapping[str, Any]], base_dir: str) -> list[str]:
-        """The files its tasks read at ``points`` of `grid.params`, for the manifest's provenance."""
-        return []
+        """The files its tasks read at ``points`` of `grid.params`, for the manifest's provenance: by default, those
+        its path parameters name."""
+        named = (str(p[k]) for p in points for k in self.path_params if k in p)
+        paths = (os.path.normpath(path_of(v, base_dir)) for v in named if v not in self.built_in_names)
+        return list(dict.fromkeys(paths))
 
     def view(self, sweeps: Sequence[str]) -> dict[str, Any]:
         """How the report shows its cells (the manifest's `task.view`): its axes then the swept parameters, the

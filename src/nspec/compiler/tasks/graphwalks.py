@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 from nspec.prompt import Turn
 
-from . import Axis, Built, Detail, Draft, Family, Fixed, ParamError, Setup, Sized, Slot, Task, datafile
+from ..json_input import Record
+from . import Axis, Built, Detail, Draft, Family, Fixed, Setup, Sized, Slot, Task, datafile
 
 # OpenAI's framing, from its published rows: the instructions, one worked example, the graph and the operation.
 INSTRUCTIONS = (
@@ -50,6 +51,7 @@ OPERATIONS = ("bfs", "parents")
 EDGES_PER_NODE = 2
 STEP = 1  # edges: the sizes tried when fitting a length
 PICKS = 32  # random nodes tried for the operation before the others in order
+TRIED = 256  # the most nodes tried in all: a graph none of whose first nodes has an answer is too small to ask
 
 
 def operation_text(operation: str, node: str, depth: int) -> str:
@@ -157,6 +159,7 @@ class GraphWalksFamily(Family):
             "rows": datafile.ROWS_PARAM,
         },
     }
+    path_params = ("data",)
     axes = (Axis("operation", "Operation"),)
     details = (
         Detail("edges", "data.edges"),
@@ -186,28 +189,41 @@ class GeneratedGraphs(Task):
 
         def build(size: int) -> Built:
             edges = stream.first(size)
-            node, nodes = self._pick(slot, size, edges)
+            node, nodes, redrawn = self._pick(slot, size, edges)
             operation = operation_text(self.operation, node, self.depth)
             graph = "\n".join(f"{a} -> {b}" for a, b in edges)
             text = f"{INSTRUCTIONS}{graph}\n\nOperation:\n{operation}{CLOSING}"
             data = {"nodes": nodes, "node": node, "edges": size}
-            return Built(text, "", [final_answer(nodes)], data, question=operation)
+            unscorable = None if nodes else self._empty(size)
+            return Built(
+                text, "", [final_answer(nodes)], data, question=operation, unscorable=unscorable, redrawn=redrawn
+            )
 
         question = operation_text(self.operation, "N", self.depth)  # the build names the node
         data = {"depth": self.depth} if self.operation == "bfs" else {}
         yield Draft({"operation": self.operation}, Sized(build, step=STEP), question, data=data)
 
-    def _pick(self, slot: Slot, size: int, edges: list[tuple[str, str]]) -> tuple[str, list[str]]:
+    def _pick(self, slot: Slot, size: int, edges: list[tuple[str, str]]) -> tuple[str, list[str], int]:
         """The node the operation starts from, drawn among the graph's nodes until its answer is not empty (an
-        empty set scores 0 whatever the reply, under OpenAI's F1), with that answer."""
+        empty set scores 0 whatever the reply, under OpenAI's F1), with that answer and how many nodes drawn before
+        it were set aside (none found among `TRIED`: the first node, with no answer)."""
         draws = slot.draws("graphwalks-node", slot.length, slot.trial, size)
         nodes = sorted({n for edge in edges for n in edge})
         tries = [nodes[draws.below(len(nodes))] for _ in range(PICKS)]
-        for node in [*tries, *nodes]:  # the rest in order, should a few random draws all miss
+        for tried, node in enumerate([*tries, *nodes][:TRIED]):  # the rest in order, should random draws all miss
             answer = answer_of(edges, self.operation, node, self.depth)
             if answer:
-                return node, answer
-        return nodes[0], []  # a graph too small to have one
+                return node, answer, tried
+        return nodes[0], [], 0
+
+    def _empty(self, size: int) -> str:
+        """Why a graph of ``size`` edges with no node to ask about cannot be scored."""
+        if self.operation == "parents":
+            return f"no node of its graph ({size:,} edges) tried has a parent"
+        return (
+            f"no node of its graph ({size:,} edges) tried has nodes exactly at depth {self.depth}, so the expected set "
+            "would be empty, which F1 scores 0 whatever the reply; use a smaller `depth` or longer context lengths"
+        )
 
 
 class PublishedRows(Task):
@@ -230,19 +246,26 @@ class PublishedRows(Task):
             )
 
 
-def checked_row(where: str, row: Any, index: int) -> dict[str, Any]:
-    """A row of OpenAI's file, with what is read of it."""
+def checked_row(record: Record, index: int) -> dict[str, Any]:
+    """A row of OpenAI's file, with what is read of it. A row expecting no node is refused: F1 (OpenAI's grade) scores
+    its cell 0 whatever the reply."""
+    row = record.value
     if not isinstance(row, dict):
-        raise ParamError(("data",), f"{where}: a row is an object with prompt, answer_nodes and problem_type")
+        raise record.refusal("a row is an object with prompt, answer_nodes and problem_type")
     prompt = row.get("prompt")
     if not isinstance(prompt, str) or not prompt:
-        raise ParamError(("data",), f"{where}: `prompt` must be the text of the user message")
+        raise record.refusal("`prompt` must be the text of the user message")
     nodes = row.get("answer_nodes", row.get("answer"))
     if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-        raise ParamError(("data",), f"{where}: `answer_nodes` must be a list of node ids")
+        raise record.refusal("`answer_nodes` must be a list of node ids")
     kind = row.get("problem_type")
     if kind not in OPERATIONS:
-        raise ParamError(("data",), f"{where}: `problem_type` must be bfs or parents (got {json.dumps(kind)})")
+        raise record.refusal(f"`problem_type` must be bfs or parents (got {json.dumps(kind)[:40]})")
+    if not nodes:
+        raise record.refusal(
+            "`answer_nodes` is empty: F1 scores such a cell 0 whatever the reply (OpenAI's grade does too), so no "
+            "model can pass it; leave such rows out of the file (with pandas: rows[rows.answer_nodes.str.len() > 0])"
+        )
     return {"row": index, "prompt": prompt, "answer_nodes": nodes, "problem_type": kind}
 
 

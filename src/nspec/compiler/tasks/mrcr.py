@@ -12,7 +12,6 @@ file are sent as they are (`Fixed`). The final turn is OpenAI's, word for word (
 from __future__ import annotations
 
 import functools
-import json
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +21,7 @@ from nspec.prompt import Role, Turn
 
 from ..draws import Draws
 from ..haystack import corpus_documents
+from ..json_input import Record
 from . import Axis, Built, Detail, Draft, Family, Fixed, ParamError, Setup, Sized, Slot, Task, datafile
 
 FORMS = (
@@ -141,6 +141,7 @@ class MrcrFamily(Family):
             "rows": datafile.ROWS_PARAM,
         },
     }
+    path_params = ("data", "pieces")
     axes = (Axis("needles", "Needles"),)
     details = (
         Detail("exchanges", "data.exchanges"),
@@ -276,15 +277,14 @@ class PublishedConversations(Task):
             )
 
 
-def checked_row(where: str, row: Any, index: int) -> dict[str, Any]:
+def checked_row(record: Record, index: int) -> dict[str, Any]:
     """A row of OpenAI's file, with what is read of it: its messages alternate user and assistant, from a user
-    turn to a user turn."""
+    turn to a user turn; its answer is not empty (an empty one would pass the reply that says nothing)."""
+    row = record.value
     if not isinstance(row, dict):
-        raise ParamError(("data",), f"{where}: a row is an object with prompt, answer and random_string_to_prepend")
-    try:
-        messages = json.loads(row["prompt"]) if isinstance(row.get("prompt"), str) else row.get("prompt")
-    except json.JSONDecodeError:
-        raise ParamError(("data",), f"{where}: `prompt` must be a JSON list of messages") from None
+        raise record.refusal("a row is an object with prompt, answer and random_string_to_prepend")
+    prompt = row.get("prompt")
+    messages = record.embedded(prompt, ("prompt",), "a JSON list of messages") if isinstance(prompt, str) else prompt
     if not isinstance(messages, list):
         messages = []
     roles: list[Role] = ["user" if i % 2 == 0 else "assistant" for i in range(len(messages))]
@@ -296,21 +296,22 @@ def checked_row(where: str, row: Any, index: int) -> dict[str, Any]:
             for m, r in zip(messages, roles, strict=True)
         )
     ):
-        raise ParamError(
-            ("data",),
-            f"{where}: `prompt` must be a list of messages ({{role, content}}) alternating user and assistant, "
-            "from a user message to a user message",
+        raise record.refusal(
+            "`prompt` must be a list of messages ({role, content}) alternating user and assistant, from a user "
+            "message to a user message"
         )
     answer, prefix = row.get("answer"), row.get("random_string_to_prepend")
     if not isinstance(answer, str) or not isinstance(prefix, str):
-        raise ParamError(("data",), f"{where}: `answer` and `random_string_to_prepend` must be text")
+        raise record.refusal("`answer` and `random_string_to_prepend` must be text")
+    if not answer.strip():
+        raise record.refusal("`answer` is empty: the cell would pass a reply that says nothing")
     needles = row.get("n_needles")
     return {
         "row": index,
         "turns": tuple(Turn(r, m["content"]) for m, r in zip(messages, roles, strict=True)),
         "answer": answer,
         "prefix": prefix,
-        "needles": needles if isinstance(needles, int) else None,
+        "needles": needles if isinstance(needles, int) and not isinstance(needles, bool) else None,
     }
 
 

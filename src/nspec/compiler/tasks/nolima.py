@@ -36,12 +36,13 @@ from nspec.inputs import Confinement, InputRefused, read_input
 from .. import grid as grid_axes
 from ..context import Insert
 from ..draws import Draws
+from ..json_input import DataError, Source, decode
 from . import DEPTH, Axis, Detail, Draft, Family, Fill, ParamError, PlacingTask, Setup, Slot
 
 BUILT_IN = "builtin"
 MAX_NEEDLE_SET_BYTES = 16 * 2**20
 _WORD = re.compile(r"[a-z0-9]+")
-_PLACEHOLDER = re.compile(r"\{(\d+)\}")
+_PLACEHOLDER = re.compile(r"\{(\d{1,9})\}")  # {1}, {2}, ...: no number of thousands of digits
 # Words that carry no content: a needle and its question may share them and still be latent.
 _STOPWORDS = """a about after all also an and any are as at be been before being but by can could did do does for from
     had has have he her hers him his how i if in into is it its just me more most my no not of on once one only or other
@@ -55,7 +56,7 @@ STOPWORDS = frozenset(_STOPWORDS.split())
 class Pair:
     """One needle and one question: an experiment's test asked with one question kind. ``needle`` holds ``{CHAR}``."""
 
-    id: str  # "<experiment>/<test>/<kind>"
+    id: str  # "<experiment>/<test>/<kind>", each part `escaped`
     experiment: str
     test: str
     kind: str
@@ -81,6 +82,12 @@ def lexical_similarity(pair: Pair) -> float:
     """Jaccard similarity of the needle's and the question's content words (0: latent, 1: the same words)."""
     a, b = content_words(pair.needle), content_words(pair.question)
     return round(len(a & b) / len(a | b), 3) if a | b else 0.0
+
+
+def escaped(part: str) -> str:
+    """A part of a pair's id with its `%` and `/` escaped (as in a URL), so that ids joined from distinct parts are
+    distinct: experiment `a` with test `b/c` is `a/b%2Fc`, experiment `a/b` with test `c` is `a%2Fb/c`."""
+    return part.replace("%", "%25").replace("/", "%2F")
 
 
 def _fill(template: str, args: Sequence[str]) -> str:
@@ -131,14 +138,15 @@ def parse_needle_set(data: Any, name: str) -> tuple[list[Pair], dict[str, list[s
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args) or len(args) < wanted:
                 raise bad(f"{at}.tests.{tid}.input_args", f"not a list of at least {wanted} strings")
             for kind, question in questions.items():
-                pairs.append(Pair(f"{eid}/{tid}/{kind}", eid, tid, kind, _fill(needle, args), _fill(question, args)))
+                pair_id = "/".join(map(escaped, (eid, tid, kind)))
+                pairs.append(Pair(pair_id, eid, tid, kind, _fill(needle, args), _fill(question, args)))
     return pairs, characters
 
 
 @functools.cache
 def _built_in() -> tuple[list[Pair], dict[str, list[str]]]:
-    text = resources.files("nspec.compiler.tasks").joinpath("latent_pairs.json").read_text(encoding="utf-8")
-    return parse_needle_set(json.loads(text), "latent_pairs.json")
+    data = resources.files("nspec.compiler.tasks").joinpath("latent_pairs.json").read_bytes()
+    return parse_needle_set(decode(Source("latent_pairs.json", data)).value, "latent_pairs.json")
 
 
 def load_needle_set(
@@ -159,9 +167,9 @@ def load_needle_set(
     if problem is not None:
         raise NeedleSetError(f"{name} {problem}")
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise NeedleSetError(f"{name}: not JSON in UTF-8 ({exc})") from None
+        data = decode(Source(name, raw)).value
+    except DataError as exc:
+        raise NeedleSetError(str(exc)) from None
     return parse_needle_set(data, name)
 
 
@@ -184,6 +192,8 @@ class NolimaFamily(Family):
         },
     }
     haystack_kind = "text"
+    path_params = ("needle_set",)
+    built_in_names = frozenset({BUILT_IN})
     axes: ClassVar[tuple[Axis, ...]] = (DEPTH, Axis("question", "Question kind"))
     details: ClassVar[tuple[Detail, ...]] = (Detail("needle pair", "data.pair"),)
     default_scoring = ({"contains": "{answer}"},)

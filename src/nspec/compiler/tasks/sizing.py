@@ -29,6 +29,11 @@ class Built:
     the turns of a conversation before that user turn (MRCR's exchanges), user first. ``question`` is the question
     as this build asks it (the node a GraphWalks graph asks about, the keys a RULER sample asks for): it replaces
     the draft's on the cell, so the cell says what was sent.
+
+    A build says when no reply could fail or pass it (``unscorable``: why — its expected answer is empty, or does
+    not occur in its context): compile refuses such a cell, located, instead of making it. Where the family drew
+    part of it again, seeded, because an earlier draw was so (``redrawn``: how many draws it set aside), the manifest
+    and plan count the cell as redrawn.
     """
 
     text: str
@@ -37,6 +42,13 @@ class Built:
     data: dict[str, Any] = field(default_factory=dict)
     history: tuple[Turn, ...] = ()
     question: str | None = None
+    unscorable: str | None = None
+    redrawn: int = 0
+
+
+class NotGrowing(ValueError):
+    """A size search that reached `NEVER`: the family's context does not grow with its size (a parameter that makes
+    its count stand still, such as a Zipf law too flat to place a word)."""
 
 
 def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = None, near: int | None = None) -> int:
@@ -61,7 +73,7 @@ def largest_fitting(fits: Callable[[int], bool], step: int, limit: int | None = 
         while ok(low + jump):
             low, jump = low + jump, jump * 2
             if low * step >= NEVER:
-                raise ValueError(f"a size of {low * step:,} still fits: the context does not grow with the size")
+                raise NotGrowing(f"a size of {low * step:,} still fits: the context does not grow with the size")
         high = low + jump
     else:  # gallop down from a size that does not fit to one that does (or to nothing)
         high, jump = start, 1
@@ -134,7 +146,7 @@ def largest_within(
             if limit is not None and low >= limit:
                 return limit
             if low >= NEVER:
-                raise ValueError(f"a size of {low:,} still fits {room:,}: the count does not grow with the size")
+                raise NotGrowing(f"a size of {low:,} still fits {room:,}: the count does not grow with the size")
             above = sorted(counts)[-2:]
             line = meets(above[-1], above[0] if len(above) > 1 else None, 2 * low)
             guess = max(low + 1, min(OVERSHOOT * low, line))

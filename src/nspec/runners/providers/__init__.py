@@ -450,8 +450,9 @@ def _http_date_seconds(value: str) -> float:
 
 
 # What reading a provider's answer raises when the answer is not what its API documents (pydantic's and orjson's
-# errors are ValueErrors).
-DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError)
+# errors are ValueErrors; an SDK's own JSON decoding recurses, so a body nested 100,000 deep is a RecursionError; a
+# number past a float's range, made a count, an OverflowError).
+DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError, OverflowError)
 T = TypeVar("T")
 
 

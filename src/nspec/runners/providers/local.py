@@ -32,15 +32,15 @@ import secrets
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from nspec.compiler.providers.contract import OPENAI_CHAT, message_text
 from nspec.compiler.providers.io import Credentials, Outcome, ShardLimits
-from nspec.compiler.tokenizers import Tokenizer
+from nspec.compiler.tokenizers import Tokenizer, fewest_tokens
 from nspec.errors import UserError
 from nspec.events import Event, announce
 from nspec.prompt import Prompt
@@ -271,12 +271,98 @@ def engine(name: str, slots: int = 1) -> Engine:
 # -- the compiler's tokenizer hook ------------------------------------------------------------------------------
 
 
+# GGUF's value types (github.com/ggml-org/ggml, docs/gguf.md) and the bytes of each fixed-size one.
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_TOKENS = b"tokenizer.ggml.tokens"
+MAX_GGUF_KEYS = 1 << 16  # a model's header holds a few dozen
+
+
+class _Header:
+    """A GGUF file's header, read in order; whatever ends early or claims more than the file holds is refused."""
+
+    def __init__(self, fh: BinaryIO, path: Path) -> None:
+        self.fh, self.path, self.size = fh, path, os.fstat(fh.fileno()).st_size
+
+    def bad(self, why: str) -> UserError:
+        return UserError(f"{self.path}: not a GGUF model nspec can read ({why})")
+
+    def number(self, size: int) -> int:
+        data = self.fh.read(size)
+        if len(data) < size:
+            raise self.bad("its header ends early")
+        return int.from_bytes(data, "little")
+
+    def skip(self, size: int) -> None:
+        self.fh.seek(self._within(size), os.SEEK_CUR)
+
+    def read(self, size: int) -> bytes:
+        return self.fh.read(self._within(size))
+
+    def _within(self, size: int) -> int:
+        if size > self.size - self.fh.tell():
+            raise self.bad("its header claims more bytes than the file holds")
+        return size
+
+    def strings(self, count: int) -> Iterator[int]:
+        """The byte lengths of ``count`` strings, each skipped."""
+        self._within(8 * count)  # a string is its 8-byte length and its bytes
+        for _ in range(count):
+            size = self.number(8)
+            self.skip(size)
+            yield size
+
+    def value(self, kind: int) -> None:
+        """Skip a value of type ``kind``."""
+        if kind == _GGUF_STRING:
+            self.skip(self.number(8))
+        elif kind == _GGUF_ARRAY:
+            inner, count = self.number(4), self.number(8)
+            if inner == _GGUF_STRING:
+                for _ in self.strings(count):
+                    pass
+            elif inner in _GGUF_SIZES:
+                self.skip(_GGUF_SIZES[inner] * count)
+            else:
+                raise self.bad(f"an array of value type {inner}")
+        elif kind in _GGUF_SIZES:
+            self.skip(_GGUF_SIZES[kind])
+        else:
+            raise self.bad(f"value type {kind}")
+
+
+@functools.cache
+def longest_token(path: Path) -> int:
+    """The UTF-8 bytes of the longest token of a GGUF model's vocabulary (`tokenizer.ggml.tokens`), read from the
+    file's header, not loaded: no piece its tokenizer makes is longer (a byte-fallback token's text, ``<0x41>``, is
+    longer than its byte, SentencePiece's ``▁`` than its space)."""
+    with open(path, "rb") as fh:
+        header = _Header(fh, path)
+        if fh.read(4) != b"GGUF":
+            raise header.bad("it does not start with GGUF")
+        header.skip(4 + 8)  # the version, the count of tensors
+        keys = header.number(8)
+        if keys > MAX_GGUF_KEYS:
+            raise header.bad(f"{keys:,} keys in its header")
+        for _ in range(keys):
+            key = header.read(header.number(8))
+            kind = header.number(4)
+            if key == _GGUF_TOKENS and kind == _GGUF_ARRAY:
+                inner, count = header.number(4), header.number(8)
+                if inner == _GGUF_STRING:
+                    return max(header.strings(count), default=1)
+                break
+            header.value(kind)
+    raise header.bad("its header holds no vocabulary (tokenizer.ggml.tokens)")
+
+
 @dataclass
 class LocalTokenizer:
     """A local model's own tokenizer: exact counts."""
 
     model: str
     byte_lengths: dict[int, int]  # of the ids seen so far: every id the compiler looks up came from `encode`
+    longest: int  # the bytes of its vocabulary's longest token
     exact: bool = True
     margin: float = 0.0
 
@@ -304,6 +390,9 @@ class LocalTokenizer:
     def scale(self, tokens: int) -> int:
         return tokens
 
+    def fewest(self, characters: int) -> int:
+        return fewest_tokens(characters, self.longest)
+
     def framing(self, messages: int, prefill: bool) -> int:
         """`completion_prompt`'s additions: BOS, one token per paragraph break (a blank line joins a sentence's end
         and the next paragraph's start without merging with either), and `Answer:` when there is no prefill."""
@@ -316,8 +405,7 @@ class LocalTokenizer:
 
 def tokenizer(name: str) -> LocalTokenizer:
     """The tokenizer of local model ``name``."""
-    model_file(name)  # a missing package or file is reported now, at compile time
-    return LocalTokenizer(name, {})
+    return LocalTokenizer(name, {}, longest_token(model_file(name)))  # a missing package or file: said now
 
 
 # -- the runner's caller ---------------------------------------------------------------------------------------
@@ -372,6 +460,15 @@ class Local(BaseProvider):
 
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         return True  # `completion_prompt` ends with the prefill for the model to continue
+
+    def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        """Besides the base checks: the model's file is there and is a GGUF whose vocabulary can be read."""
+        issues = super().model_issues(entry)
+        try:
+            longest_token(model_file(str(entry["id"]).split("/", 1)[1]))
+        except UserError as exc:
+            issues.append((("id",), str(exc)))
+        return issues
 
     def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")

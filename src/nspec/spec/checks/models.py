@@ -9,6 +9,7 @@ from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.providers.contract import Provider
 from nspec.compiler.providers.credentials import key_destination_problem
 from nspec.compiler.providers.registry import names, provider
+from nspec.compiler.tokenizers import MIN_PROXY_FACTOR
 from nspec.errors import UserError
 from nspec.spec.yamlsource import Path, format_path
 
@@ -56,6 +57,14 @@ def model_settings(c: SpecChecker, path: Path, model: dict[str, Any], reserves: 
     if isinstance(tokenizer, dict) and ("factor" in tokenizer or "margin" in tokenizer) and choice != "proxy":
         key = "factor" if "factor" in tokenizer else "margin"
         c.error((*path, "tokenizer", key), f"`{key}` applies to the proxy tokenizer only", at_key=True)
+    factor = tokenizer.get("factor") if isinstance(tokenizer, dict) else None
+    if isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor < MIN_PROXY_FACTOR:
+        c.error(
+            (*path, "tokenizer", "factor"),
+            f"{factor:g} counts a text as less than {MIN_PROXY_FACTOR:g} times its o200k_base tokens, as no "
+            f"tokenizer does: a generated context would grow to {1 / factor:,.3g} times its length before it seemed "
+            f"to fill it; the factor is at least {MIN_PROXY_FACTOR:g}",
+        )
     params = model.get("params")
     if isinstance(params, dict):
         for key in RESERVED_PARAMS:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from nspec.datasets import path_of
 from nspec.errors import CellError, CompileError, UserError
 
+from ... import grid as grid_axes
 from .. import Axis, Built, Draft, Family, ParamError, Setup, Sized, SizeSearch, Slot, Table, Task, registry
 from . import cwe, fwe, niah, qa, vt
 from .haystacks import Essay
@@ -100,8 +101,18 @@ def essay() -> Essay:
     return Essay("".join(data.decode("utf-8") for _, data in corpora.documents("paul-graham")))
 
 
-@functools.cache
 def _corpus(dataset: str, path: str) -> qa.Corpus:
+    """The data set at ``path``, read once per process while the file stays as it was (the tasks of a sweep read
+    the same one; a process compiling specs of several folders may meet another file by the same relative name)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return _read_corpus(dataset, path, None)  # missing: `read_corpus` says where to get it
+    return _read_corpus(dataset, path, (os.path.realpath(path), info.st_size, info.st_mtime_ns))
+
+
+@functools.cache
+def _read_corpus(dataset: str, path: str, stamp: tuple[str, int, int] | None) -> qa.Corpus:
     from nspec.compiler.tasks.ruler.datasets import read_corpus
 
     return read_corpus(dataset, path)
@@ -172,6 +183,12 @@ class RulerCells(Task):
                 )
             with open(path, "rb") as data:
                 self.inputs_digest = hashlib.file_digest(data, "sha256").hexdigest()
+        elif self.task.kind == "fwe":
+            alpha = self.params.get("alpha", 2.0)
+            for length in grid_axes.context_lengths(setup.grid["context_lengths"]):
+                problem = fwe.alpha_problem(alpha, length)
+                if problem is not None:
+                    raise ParamError(("alpha",) if "alpha" in self.params else ("task",), problem)
         elif self.task.kind == "niah" and niah.TASKS[self.name].type_haystack == "essay":
             try:
                 essay()

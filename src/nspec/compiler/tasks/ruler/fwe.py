@@ -19,7 +19,7 @@ from collections.abc import Hashable
 
 from nspec.compiler.draws import Draws
 from nspec.compiler.tasks.ruler.sampling import fixed_order
-from nspec.compiler.tasks.sizing import Built
+from nspec.compiler.tasks.sizing import NEVER, Built
 
 TEMPLATE = (
     "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
@@ -70,6 +70,41 @@ def counts(num_words: int, vocab_size: int, alpha: float) -> list[int]:
     return [int(num_words * (float(k) ** -alpha) / z) for k in range(1, vocab_size + 1)]
 
 
+ASKED = 3  # the words the model names: the ranks after the noise word
+
+
+def asked_from(alpha: float) -> int:
+    """The smallest ``num_words`` at which every word asked for occurs (the last, of rank ``ASKED + 1``, once)."""
+    z, weight = zeta(alpha), (ASKED + 1.0) ** -alpha
+    size: int = max(1, math.ceil(z / weight))
+    while int(size * weight / z) < 1:  # the float rounding of RULER's counts
+        size += 1
+    return size
+
+
+def alpha_problem(alpha: float, max_seq_length: int) -> str | None:
+    """Why ``alpha`` makes no sample at ``max_seq_length`` hold the words asked for (None when some size can): the
+    text where the last of them first occurs holds more words than the length's tokens (a word is a token or more);
+    or the law is so flat (``alpha`` near 1) that even the largest size searched makes a text far too short to fill
+    the length (a coded word and its space are 7 characters, a token one or more, a proxy's factor at most 10)."""
+    vocab_size = (max_seq_length - TOKENS_TO_GENERATE) // 50
+    largest = first_size(max_seq_length) + (NEVER - 1) * max(1, step(max_seq_length))
+    if 7 * 10 * sum(counts(largest, vocab_size, alpha)) < max_seq_length:
+        return (
+            f"with alpha {alpha}, fwe's Zipf law is so flat that no text it makes fills a context length of "
+            f"{max_seq_length:,} (its count does not grow within any size searched); use an alpha further from 1 "
+            "(RULER's is 2.0)"
+        )
+    words = sum(counts(asked_from(alpha), vocab_size, alpha))
+    if words > max_seq_length - TOKENS_TO_GENERATE:
+        return (
+            f"with alpha {alpha}, the {ASKED} words fwe asks for all occur only once the text holds {words:,} words, "
+            f"more than a context length of {max_seq_length:,} holds; use a smaller alpha (RULER's is 2.0) or longer "
+            "context lengths"
+        )
+    return None
+
+
 class FrequentWords:
     """The fwe samples of one task at one length. ``seed`` is the task's, ``sample`` the sample's number."""
 
@@ -106,9 +141,15 @@ class FrequentWords:
             for _ in range(n)
         ]
         order = fixed_order("ruler-fwe", self.seed, len(words))
+        asked = self.vocabulary[1 : ASKED + 1]
+        missing = [word for word, n in zip(asked, counts(size, ASKED + 1, self.alpha)[1:], strict=True) if not n]
         return Built(
             text=TEMPLATE.format(context=" ".join(words[i] for i in order)),
             answer_prefix=ANSWER_PREFIX,
-            expected=self.vocabulary[1:4],
+            expected=asked,
             data={"num_words": size},
+            unscorable=f"{len(missing)} of the {ASKED} words it asks for ({', '.join(missing)}) occur 0 times in its "
+            f"text (alpha {self.alpha}, num_words {size:,}); use a smaller alpha or longer context lengths"
+            if missing
+            else None,
         )
