@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -81,6 +82,50 @@ def test_the_real_model_finds_a_needle_in_a_short_prompt():
     bare = chat(HAYSTACK, prefill=None, max_tokens=1)  # no prefill: the prompt ends with the `Answer:` cue
     used = model.complete(bare, "cell-2")["usage"]["prompt_tokens"]
     assert used == tokenizer.framing(1, False) + tokenizer.count(HAYSTACK)
+
+
+def test_prefix_order_runs_prompts_sharing_a_prefix_together():
+    def sent(cid, text):
+        return SimpleNamespace(line={"custom_id": cid, "body": chat(text)})
+
+    requests = [sent("b1", "B x"), sent("a1", "A x"), sent("b2", "B y"), sent("bad", ""), sent("a2", "A x")]
+    requests[3].line["body"]["messages"] = []  # a line the engine refuses runs first, and is answered with its error
+    assert [r.line["custom_id"] for r in local.in_prefix_order(requests)] == ["bad", "a1", "a2", "b1", "b2"]
+
+
+# Sentences of a haystack: prompts made of them share a prefix up to their needle, past a 512-token batch.
+SENTENCES = [f"Sentence {i} of the long and quiet story about Highbury, its people and their days." for i in range(60)]
+
+
+def needle_prompt(at: int | None, number: str) -> str:
+    sentences = list(SENTENCES)
+    if at is not None:
+        sentences.insert(at, f"The special magic number is: {number}.")
+    return " ".join(sentences) + "\n\nWhat is the special magic number?"
+
+
+def test_answers_do_not_depend_on_prefix_reuse(monkeypatch):
+    """Prompts sharing long prefixes, in prefix order: with reuse each reads its shared prefix from the cache; the
+    greedy answers are the ones the prompts read whole get."""
+    model = engine("gemma-3-270m")
+    requests = [
+        SimpleNamespace(line={"custom_id": f"c{at}", "body": chat(needle_prompt(at, number))})
+        for at, number in [(45, "7301944"), (20, "2184096"), (None, ""), (52, "5560217")]
+    ]
+    ordered = [r.line for r in local.in_prefix_order(requests)]
+
+    def answers():
+        return [model.complete(line["body"], line["custom_id"])["choices"] for line in ordered]
+
+    assert model.reuse
+    before = model.reused_tokens
+    reused = answers()
+    assert model.reused_tokens - before > 1500  # each shares 52, 45 or 20 sentences (~17 tokens each) with the last
+    monkeypatch.setattr(model, "reuse", False)
+    before = model.reused_tokens
+    assert answers() == reused
+    assert model.reused_tokens == before  # every prompt read whole
+    assert "7301944" in reused[[line["custom_id"] for line in ordered].index("c45")][0]["message"]["content"]
 
 
 def test_output_lines_are_openai_batch_output():
@@ -160,6 +205,45 @@ def test_a_killed_local_run_resumes_where_it_stopped(tmp_path):
     for cell in cells:
         if not cell["negative"]:
             assert cell["expected"][0] in found[cell["cell_id"]]
+    # The resumed run read its prompts from another cache state than an uninterrupted one: the same answers.
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    (whole / "spec.yaml").write_text(SMALL)
+    assert nspec("run", "spec.yaml", "--wait", cwd=whole).returncode == 0
+    (uninterrupted,) = (whole / "outputs" / "small").iterdir()
+    assert {r["cell_id"]: r["text"] for r in lines(uninterrupted / "answers" / "results.jsonl")} == found
+
+
+def compiled_lines(spec, base_dir, tmp_path):
+    from nspec.compiler.run_writer import compile_run
+
+    run = compile_run(spec, base_dir, str(tmp_path / spec["name"]), {}).path
+    return [line for shard in (run / "answers" / "requests").iterdir() for line in lines(shard)]
+
+
+@pytest.mark.slow  # the quickstart's 12 prompts (28K tokens) twice and a RULER trial: a few minutes of two cores
+def test_quickstart_and_ruler_answers_do_not_depend_on_prefix_reuse(tmp_path, monkeypatch):
+    from nspec.spec import load_spec
+
+    quickstart = load_spec(str(ROOT / "specs" / "quickstart.yaml"))
+    ruler = load_spec(str(ROOT / "specs" / "ruler" / "local.yaml"))
+    ruler.data["grid"] = {**ruler.data["grid"], "context_lengths": [1024], "trials": 3}
+    requests = [
+        SimpleNamespace(line=line)
+        for loaded in (quickstart, ruler)
+        for line in compiled_lines(loaded.data, loaded.base_dir, tmp_path)
+    ]
+    ordered = [r.line for r in local.in_prefix_order(requests)]
+    model = engine("gemma-3-270m")
+
+    def answers():
+        return {line["custom_id"]: model.complete(line["body"], line["custom_id"])["choices"] for line in ordered}
+
+    before = model.reused_tokens
+    reused = answers()
+    assert model.reused_tokens - before > 10_000  # the quickstart's cells of one length share their haystack
+    monkeypatch.setattr(model, "reuse", False)
+    assert answers() == reused
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from nspec.runners.grading.judging import compile_judges
 from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, check_admissible, request_tokens, run_live
+from nspec.runners.providers.local import in_prefix_order
 from nspec.runners.run_store import (
     ResultsFile,
     Run,
@@ -230,10 +231,14 @@ class Session:
         def requests() -> Iterator[LiveRequest]:  # read from the shards as they are sent: never all at once
             for label, ids in by_model.items():
                 model = models[label]
-                for s in model.shards:
-                    for cid, raw in shard_lines(self.run.path / s["file"]):
-                        if cid in ids:
-                            yield LiveRequest(cid, label, model.provider, json.loads(raw), ids[cid])
+                lines = (
+                    LiveRequest(cid, label, model.provider, json.loads(raw), ids[cid])
+                    for s in model.shards
+                    for cid, raw in shard_lines(self.run.path / s["file"])
+                    if cid in ids
+                )
+                # A local model's requests sharing a prompt prefix run one after another: the engine reuses it.
+                yield from in_prefix_order(lines) if model.mode == "local" else lines
 
         kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
