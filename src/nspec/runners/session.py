@@ -228,7 +228,7 @@ class Session:
                 None if limit is None else (int(limit), "rate_limits.tokens_per_minute"),
             )
 
-        def requests() -> Iterator[LiveRequest]:  # read from the shards as they are sent: never all at once
+        def requests() -> Iterator[LiveRequest]:  # read from the shards as they are sent (a local model's at once)
             for label, ids in by_model.items():
                 model = models[label]
                 lines = (

@@ -17,8 +17,8 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
   prefix (the cells of a length share their haystack up to the needle) follow one another, and the engine keeps the
   KV cache of the prompt before and reads only what follows the shared prefix. The answer does not depend on it: the
   engine computes attention without flash attention, whose CPU kernel sums in an order that depends on how a prompt
-  is cut into batches, and keeps the sliding-window layers' cache whole, so every token's keys and values are the
-  same bits however the prompt was split (a test compares answers with and without reuse).
+  is cut into batches, and keeps the sliding-window layers' cache whole, so a token's keys and values do not depend
+  on where its prompt was split (docs/local.md gives the figures; tests compare answers with and without reuse).
 - Parallelism. Every core works on each request (prompt processing is compute-bound). The model's
   `rate_limits.concurrency` sets how many requests run at once (default 1): on two cores two at once gained nothing
   (`bench/local.py`) and made answers depend on their batch neighbours; with more cores or a GPU build, more pay.
@@ -176,7 +176,7 @@ def _xllamacpp() -> Any:
 class Engine:
     """One GGUF model loaded by llama.cpp, answering chat requests in-process. With ``reuse`` (the default) a prompt
     reads the prefix it shares with the slot's previous prompt from the KV cache; without, every prompt is read
-    whole. The answers are the same bits either way (see the module's doc)."""
+    whole. The answers are the same either way (see the module's doc)."""
 
     def __init__(self, path: Path, slots: int = 1, reuse: bool = True) -> None:
         xllamacpp = _xllamacpp()
