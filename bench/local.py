@@ -127,6 +127,9 @@ def main() -> None:
         same = all(r["answers"] == w["answers"] for r in runs["reuse"] for w in runs["whole"])
         ratios = [r["wall"] / w["wall"] for r, w in zip(runs["reuse"], runs["whole"], strict=True)]
         print(f"answers with and without reuse: {'the same' if same else 'DIFFERENT'}")
+        for cid, answer in runs["reuse"][0]["answers"].items():
+            if answer != runs["whole"][0]["answers"][cid]:
+                print(f"  {cid}: {answer!r} with reuse, {runs['whole'][0]['answers'][cid]!r} read whole")
     if runs.get("reuse") and runs.get("bare"):
         same = all(r["answers"] == b["answers"] for r in runs["reuse"] for b in runs["bare"])
         print(f"answers with reuse and llama.cpp's defaults: {'the same' if same else 'DIFFERENT'}")
