@@ -1007,13 +1007,18 @@ def data_list(as_json: Annotated[bool, typer.Option("--json", help="Print as JSO
         return
     table = _table("data sets (nspec data fetch NAME)", ("name", "state", "size", "about"))
     for row in rows:
-        size = "" if row["bytes"] is None else f"{row['bytes'] / 1e6:,.1f} MB"
+        size = "" if row["bytes"] is None else _megabytes(row["bytes"])
         table.add_row(row["name"], row["state"], size, row["about"])
     console = _stdout()
     console.print(table)
     for data in CATALOG.values():
         console.print(f"{data.name}: {data.source}", markup=False)
     console.print(f"kept in {data_dir()}", markup=False)
+
+
+def _megabytes(size: int) -> str:
+    """A file's size as people read it: 4.4 MB, and 7.7 kB rather than 0.0 MB."""
+    return f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size / 1e3:,.1f} kB"
 
 
 @app.command(name="prices")
