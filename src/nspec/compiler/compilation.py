@@ -180,7 +180,6 @@ class Compilation:
     def _filled_trial(self, scope: _Pass, model: Model, trial: int) -> Iterator[Cell]:
         """A model's trial of a family that fills a haystack: its haystack (the spec's, or a task's variant of it)
         tokenised once."""
-        self.fill.start_trial()
         for variant, prompt in self.variants:
             prompt = model_prompt(prompt, model)
             for length in scope.lengths:
