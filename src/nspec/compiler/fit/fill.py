@@ -85,7 +85,8 @@ class FillFitter:
     ) -> None:
         self.records, self.stats, self.caching = records, stats, caching
         self.by_tokens, self.separator, self.refuse_repetition = by_tokens, separator, refuse_repetition
-        self.references = ReferenceCounts()
+        # The o200k counts of cells' records, made where records are written (validate and plan never read them).
+        self.references = ReferenceCounts() if records.requests else None
         self._aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
 
     def prepare(self, slot: ModelSlot, draft: Draft) -> FillCell:
@@ -222,11 +223,11 @@ class FillFitter:
             if request is not None and self.records.requests:
                 request = model.api.shape_cache(request, prompt, cut)
             extra["cache"] = cut.record()
-        reference = (
-            built.own_tokens  # counted so already (a proxy's factor comes after)
-            if model.tokenizer.encoding_name == "o200k_base"
-            else self.references.reference_tokens(slot.tt, built, parts.others())
-        )
+        reference = None
+        if model.tokenizer.encoding_name == "o200k_base":
+            reference = built.own_tokens  # counted so already (a proxy's factor comes after)
+        elif self.references is not None:
+            reference = self.references.reference_tokens(slot.tt, built, parts.others())
         fitted = Fitted(
             prompt=prompt,
             tokens=tokens,

@@ -26,7 +26,7 @@ class Fitted:
     reserve: int  # the answer budget, within the length
     counted: dict[str, Any]  # how it was counted: `counted_by`, and `margin`, `fitted_to` for an estimate
     haystack_tokens: int  # the context's tokens without the templates
-    reference_tokens: int  # the prompt in o200k_base with OpenAI's chat framing
+    reference_tokens: int | None  # the prompt in o200k_base with OpenAI's chat framing (None: not counted, no record)
     question: str
     expected: list[str]
     data: dict[str, Any]
