@@ -650,11 +650,12 @@ def _write(
     writers = {m.label: ShardWriter(folder, m, caps) for m in compilation.models}
     totals = {m.label: ModelTotals(m) for m in compilation.models}
     seen: set[str] = set()
-    with open(folder / "cells.jsonl", "wb") as cells_file:
+    with open(folder / "cells.jsonl", "wb") as cells_file, jsonl.writer(cells_file) as cell_lines:
         for cell in _unique(compilation.cells(), seen):
             assert cell.request is not None
+            # A request line is encoded first: its shard depends on its size, and the shard's hash on its bytes.
             shard = writers[cell.model.label].write(jsonl.encode(cell.request), cell.opens_group)
-            cells_file.write(jsonl.encode({**cell.record, "shard": shard}))
+            cell_lines.write({**cell.record, "shard": shard})
             totals[cell.model.label].add(cell)
     for label, writer in writers.items():
         writer.close()
