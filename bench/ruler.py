@@ -245,7 +245,9 @@ def compile_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     for length in [int(n) for n in args.lengths.split(",")]:
         spec = folder / f"bench-{length}.yaml"
         grid = f"grid: {{context_lengths: [{length}], trials: {args.samples}}}"
-        spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\n{QA_FILES}\nmodels: [{models}]\n")
+        spec.write_text(
+            f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\n{QA_FILES}\nmodels: [{models}]\n"
+        )
         command = [sys.executable, "-m", "nspec", "compile", spec.name, "-o", str(folder / "out")]
         log = folder / f"compile-{length}.log"
         code, wall, cpu, rss = measured(command, folder, dict(os.environ), log)
