@@ -67,10 +67,12 @@ def located_cells(loaded: LoadedSpec) -> Iterator[None]:
         raise SpecError([checks.lengths_issue(loaded.source, str(exc))]) from None
 
 
-def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
+def load_spec(file: str, allowed: Sequence[str] = (), fit_longest: bool = True) -> LoadedSpec:
     """Load, merge, validate and resolve the spec at ``file``; raises SpecError with every issue found. The files
     it names (includes, haystack and stack files) must lie under its root or a folder in ``allowed``
-    (`nspec.inputs.Confinement`)."""
+    (`nspec.inputs.Confinement`). ``fit_longest``: build the first trial's cells at the longest length to find
+    what compile would refuse there; a caller that compiles the spec next passes False, and its compile finds it
+    before any work (`Compilation.check_longest`, located by `located_cells`), the haystack read once."""
     confinement = Confinement.of(file, allowed)
     files: list[str] = []
     doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
@@ -86,7 +88,8 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     resolved = fill_defaults(data)
     if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
         resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
-    fit = checks.family_fit(resolved, registry.params_of(data), source, os.path.dirname(file) or ".", confinement)
+    written = registry.params_of(data)
+    fit = checks.family_fit(resolved, written, source, os.path.dirname(file) or ".", confinement, fit_longest)
     if fit:
         raise SpecError(fit)
     counts = load_counts(file)
