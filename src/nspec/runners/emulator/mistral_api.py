@@ -227,7 +227,7 @@ async def list_models(api: Api, request: Request) -> Response:
     name its own card."""
     now = int(api.emu.clock.now())
     capabilities = {"completion_chat": True, "function_calling": True, "completion_fim": False, "vision": False}
-    data = [
+    data: list[dict[str, Any]] = [
         {
             "id": name,
             "object": "model",
