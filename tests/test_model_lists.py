@@ -137,7 +137,7 @@ def test_a_key_the_list_refuses_is_said_before_anything_is_sent(emulator, cli, s
 
 
 @lanes
-@pytest.mark.parametrize("status", [404, 500])
+@pytest.mark.parametrize("status", [200, 404, 500])
 def test_a_list_a_gateway_does_not_serve_does_not_block_the_run(emulator, cli, spec_file, keys, lane, status):
     emu = emulator()
     base = lane.base_url(emu)
@@ -182,3 +182,18 @@ def test_the_emulator_s_lists_speak_each_provider_s_shape(emulator):
     assert [m.id for m in groq.models.list()] == listed("groq", extra)
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(api_key="x", base_url=emu.groq_base_url, max_retries=0).models.list()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_gateway_s_page_for_openai_s_or_anthropic_s_list_does_not_block_the_run(emulator, cli, spec_file, provider):
+    """A gateway answering the list with its own HTML page and status 200 is a list not read, never a crash."""
+    emu = emulator()
+    base = emu.openai_base_url if provider == "openai" else emu.anthropic_base_url
+    model = "gpt-4.1-mini" if provider == "openai" else "claude-haiku-4-5"
+    with Gateway(base, "/v1/models", 200) as gateway:
+        through = gateway.url + urlsplit(base).path
+        entry = f'  - {{id: {provider}/{model}, mode: live, base_url: "{through}"}}'
+        spec = spec_file(SPEC.format(models=entry, trials=1, attempts=2, live_below=0))
+        result = cli("run", spec, "--wait", "-o", "out")
+    assert result.code == 0, result.err
+    assert gateway.answered and emu.emulation.answered[provider] > 0

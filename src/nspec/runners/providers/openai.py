@@ -53,6 +53,7 @@ from nspec.runners.providers import (
     chat_messages,
     chat_text,
     connection_error,
+    guard,
     live_failure,
     live_outcome,
     not_text,
@@ -363,10 +364,11 @@ class OpenAI(BaseProvider):
         """Its `GET /models` (OpenAI's, or a service's that `lists_models`)."""
         if not self.lists_models:
             return None
-        try:
+
+        def call() -> frozenset[str]:
             return frozenset(model.id for model in _client(self.name, creds, sdk_retries(), False).models.list())
-        except Exception as exc:
-            raise _error(self.name, creds, "", exc) or exc from None
+
+        return guard(self.name, "models", lambda exc: _error(self.name, creds, "", exc), call, objects=False)
 
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> OpenAILive:
         return OpenAILive(self.name, creds)
