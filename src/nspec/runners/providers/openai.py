@@ -53,6 +53,7 @@ from nspec.runners.providers import (
     chat_messages,
     chat_text,
     connection_error,
+    guard,
     live_failure,
     live_outcome,
     not_text,
@@ -362,10 +363,14 @@ class OpenAI(BaseProvider):
         """OpenAI's `GET /v1/models` (another server of OpenAI's API keeps its own list, or none: not asked)."""
         if self.name != "openai":
             return None
-        try:
-            return frozenset(model.id for model in _client(self.name, creds, sdk_retries(), False).models.list())
-        except Exception as exc:
-            raise _error(self.name, creds, "", exc) or exc from None
+        client = _client(self.name, creds, sdk_retries(), False)
+        return guard(
+            self.name,
+            "models",
+            lambda exc: _error(self.name, creds, "", exc),
+            lambda: frozenset(model.id for model in client.models.list()),
+            objects=False,
+        )
 
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> OpenAILive:
         return OpenAILive(self.name, creds)
