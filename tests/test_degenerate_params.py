@@ -171,6 +171,7 @@ EMBEDDERS = {
         "raise RuntimeError('no CUDA driver found')\n",
         "could not be imported: RuntimeError: no CUDA driver found",
     ),
+    "exits on import": ("raise SystemExit(3)\n", "could not be imported: SystemExit: 3"),
     "fails to load its model": (
         "def load_model(device=None):\n    raise OSError('model.safetensors: unexpected end of file')\n",
         "could not load its model and embed the pairs: OSError: model.safetensors: unexpected end of file",

@@ -246,9 +246,16 @@ def test_a_number_of_5000_digits_in_the_spec_itself_is_refused_where_it_stands(c
             "spec.yaml:3:35: task.params.data: rows.jsonl:1: `answer` is empty",
             "the cell would pass a reply that says nothing",
         ),
+        (
+            "rows.jsonl",
+            json.dumps({"prompt": json.dumps(TURNS), "answer": "ab ", "random_string_to_prepend": "ab"}),
+            task_spec("{name: mrcr, params: {data: rows.jsonl}}"),
+            "spec.yaml:3:35: task.params.data: rows.jsonl:1: `answer` holds nothing past `random_string_to_prepend`",
+            "the cell would pass a reply that is only the string",
+        ),
     ],
     ids=["hotpotqa-no-context", "hotpotqa-empty-answer", "squad-empty-answer", "squad-answer-not-in-context",
-         "graphwalks-no-answer-nodes", "mrcr-empty-answer"],
+         "graphwalks-no-answer-nodes", "mrcr-empty-answer", "mrcr-answer-only-the-string"],
 )  # fmt: skip
 def test_a_record_no_reply_could_fail_or_pass_is_refused_alike(cli, spec_file, tmp_path, name, content, spec, at, said):
     (tmp_path / name).write_text(content.replace(TEXT, ""), encoding="utf-8")
