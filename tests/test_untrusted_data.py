@@ -263,6 +263,21 @@ def test_a_record_no_reply_could_fail_or_pass_is_refused_alike(cli, spec_file, t
     assert line.count(":") >= 5  # the file's line (and column) after the spec's
 
 
+def test_a_counts_file_value_of_the_wrong_kind_is_refused_at_its_line_and_column(cli, spec_file, tmp_path):
+    """A counts file as calibrate writes it, one value per line: a value the schema refuses is named where it stands,
+    not at the file's first character."""
+    counts = {"a" * 64: 5, "b" * 64: -5}
+    model = {"counted_by": "x", "composition": "verified", "counts": counts}
+    text = json.dumps({"nspec_counts": 1, "models": {"anthropic/claude-haiku-4-5": model}}, indent=1)
+    (tmp_path / "spec.counts.json").write_text(text, encoding="utf-8")
+    refused_alike(
+        cli,
+        spec_file(COUNTS_SPEC),
+        f"spec.counts.json:9:73: models.anthropic/claude-haiku-4-5.counts.{'b' * 64}: -5 is less than the minimum",
+        "rerun nspec calibrate",
+    )
+
+
 def test_nolima_ids_joined_from_distinct_parts_never_meet(cli, spec_file, tmp_path):
     """Experiment `a` with test `b/c` and experiment `a/b` with test `c` once made one pair id (and compile said
     "change the seed"): the parts are escaped, so the cells are distinct and every one is made."""
