@@ -213,6 +213,13 @@ def test_a_number_of_5000_digits_in_the_spec_itself_is_refused_where_it_stands(c
         ),
         (
             "hotpotqa.json",
+            json.dumps(hotpotqa(context=[["Place 9", []], ["Place 8", [" "]]]), indent=1),
+            task_spec("{name: ruler, params: {task: qa_2, hotpotqa: hotpotqa.json}}"),
+            "spec.yaml:3:52: task.params.hotpotqa: hotpotqa.json:",
+            "[1].context: a question whose paragraphs hold no sentence: no document would hold its answer",
+        ),
+        (
+            "hotpotqa.json",
             json.dumps(hotpotqa(answer=" "), indent=1),
             task_spec("{name: ruler, params: {task: qa_2, hotpotqa: hotpotqa.json}}"),
             "spec.yaml:3:52: task.params.hotpotqa: hotpotqa.json:",
@@ -254,7 +261,8 @@ def test_a_number_of_5000_digits_in_the_spec_itself_is_refused_where_it_stands(c
             "the cell would pass a reply that is only the string",
         ),
     ],
-    ids=["hotpotqa-no-context", "hotpotqa-empty-answer", "squad-empty-answer", "squad-answer-not-in-context",
+    ids=["hotpotqa-no-context", "hotpotqa-blank-paragraphs", "hotpotqa-empty-answer", "squad-empty-answer",
+         "squad-answer-not-in-context",
          "graphwalks-no-answer-nodes", "mrcr-empty-answer", "mrcr-answer-only-the-string"],
 )  # fmt: skip
 def test_a_record_no_reply_could_fail_or_pass_is_refused_alike(cli, spec_file, tmp_path, name, content, spec, at, said):
