@@ -271,6 +271,20 @@ def test_a_record_no_reply_could_fail_or_pass_is_refused_alike(cli, spec_file, t
     assert line.count(":") >= 5  # the file's line (and column) after the spec's
 
 
+@pytest.mark.parametrize(
+    "question, key", [({"answer": " "}, "answer"), ({"answer": "1", "alternates": ["one", ""]}, "alternates")]
+)
+def test_a_stack_question_with_an_empty_answer_is_refused_alike(cli, spec_file, tmp_path, question, key):
+    (tmp_path / "items.jsonl").write_text(
+        "".join(json.dumps({"id": f"i{i}", "text": f"Ship {i} left at {i} o'clock."}) + "\n" for i in range(4))
+    )
+    row = {"item": "i1", "question": "When did ship 1 leave?", **question}
+    (tmp_path / "q.jsonl").write_text(
+        json.dumps({"item": "i2", "question": "?", "answer": "2"}) + "\n" + json.dumps(row)
+    )
+    refused_alike(cli, spec_file(STACK_SPEC), "./q.jsonl:2:1: ", f"`{key}` holds an empty answer: every reply holds it")
+
+
 def test_a_counts_file_value_of_the_wrong_kind_is_refused_at_its_line_and_column(cli, spec_file, tmp_path):
     """A counts file as calibrate writes it, one value per line: a value the schema refuses is named where it stands,
     not at the file's first character."""
