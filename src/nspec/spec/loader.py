@@ -116,18 +116,19 @@ def load_counts(spec_file: str) -> CountsFile | None:
     if not os.path.lexists(path):
         return None
     try:
-        parsed = decode(Source(path, read_input(path, COUNTS_LIMIT))).value
+        document = decode(Source(path, read_input(path, COUNTS_LIMIT)))
+        errors = sorted(_counts_validator().iter_errors(document.value), key=lambda e: list(map(str, e.absolute_path)))
+        refusals = [document.error(e.message[:300], tuple(e.absolute_path)) for e in errors[:20]]
     except DataError as exc:
-        where = Location(path, exc.line, exc.column or 1)
-        raise SpecError([SpecIssue(where, exc.field, f"{exc.reason}: rerun nspec calibrate")]) from None
-    errors = sorted(_counts_validator().iter_errors(parsed), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        issues = [
-            SpecIssue(Location(path, 1, 1), ".".join(map(str, e.absolute_path)), f"{e.message[:300]}")
-            for e in errors[:20]
-        ]
-        raise SpecError(issues)
-    return CountsFile.from_dict(parsed)
+        refusals = [exc]
+    if refusals:  # each at the value it names
+        raise SpecError(
+            [
+                SpecIssue(Location(path, r.line, r.column or 1), r.field, f"{r.reason}: rerun nspec calibrate")
+                for r in refusals
+            ]
+        )
+    return CountsFile.from_dict(document.value)
 
 
 def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str], confinement: Confinement) -> Document:
