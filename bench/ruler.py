@@ -220,6 +220,10 @@ def run_ruler(args: argparse.Namespace, scripts: Path, env: dict[str, str], task
 MODELS = ["openai/gpt-4.1-mini", "anthropic/claude-haiku-4-5"]
 
 
+# The QA data sets as the files made or copied beside the specs, in place of the cache's (`data:squad`).
+QA_FILES = "task: {params: {squad: ruler/data/squad.json, hotpotqa: ruler/data/hotpotqa.json}}"
+
+
 def compile_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     """``nspec compile`` of specs/ruler.yaml per length, timed, in a copy of specs/ruler/ with its data sets."""
     root = Path(__file__).resolve().parent.parent
@@ -228,6 +232,7 @@ def compile_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     shutil.copytree(root / "specs" / "ruler", folder / "ruler")
     shutil.copy(root / "specs" / "ruler.yaml", folder / "ruler.yaml")
     data = folder / "ruler" / "data"
+    data.mkdir(exist_ok=True)  # the data sets are not shipped: copied or made up here
     if args.squad and args.hotpotqa:
         shutil.copy(args.squad, data / "squad.json")
         shutil.copy(args.hotpotqa, data / "hotpotqa.json")
@@ -240,7 +245,9 @@ def compile_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     for length in [int(n) for n in args.lengths.split(",")]:
         spec = folder / f"bench-{length}.yaml"
         grid = f"grid: {{context_lengths: [{length}], trials: {args.samples}}}"
-        spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\nmodels: [{models}]\n")
+        spec.write_text(
+            f"nspec: 1\ninclude: ruler.yaml\nname: ruler-{length}\n{grid}\n{QA_FILES}\nmodels: [{models}]\n"
+        )
         command = [sys.executable, "-m", "nspec", "compile", spec.name, "-o", str(folder / "out")]
         log = folder / f"compile-{length}.log"
         code, wall, cpu, rss = measured(command, folder, dict(os.environ), log)
@@ -254,7 +261,7 @@ def compile_side(args: argparse.Namespace) -> dict[int, dict[str, float]]:
     lengths = args.lengths.replace(",", ", ")
     spec = folder / "bench-all.yaml"
     grid = f"grid: {{context_lengths: [{lengths}], trials: {args.samples}}}"
-    spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-all\n{grid}\nmodels: [{models}]\n")
+    spec.write_text(f"nspec: 1\ninclude: ruler.yaml\nname: ruler-all\n{grid}\n{QA_FILES}\nmodels: [{models}]\n")
     command = [sys.executable, "-m", "nspec", "compile", spec.name, "-o", str(folder / "out")]
     code, wall, cpu, rss = measured(command, folder, dict(os.environ), folder / "compile-all.log")
     run = folder / "out" / "ruler-all"

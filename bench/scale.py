@@ -6,9 +6,11 @@ Printed per size and mode: wall time and peak RSS of every stage and of the emul
 batch. Then the ledger's rate of recording final states, in groups and one commit each.
 
 With --whole, the stages are one: `nspec run --wait SPEC` (compile, submit, collect, score and report in one process),
-and its peak RSS is the one printed.
+and its peak RSS is the one printed; then `nspec report` builds the report again in a process of its own. Sizes default
+to 20,000 and 100,000 requests there, and each mode's peaks at its largest size are printed against those at its
+smallest: memory flat in the number of requests is a ratio near 1.
 
-Run: .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--modes batch,live] [--whole]
+Run: .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--modes batch,live] [--whole] [--lengths 1000,...]
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ needles:
     question: "What is the special magic {{city}} number?"
     answer: "{{n}}"
     vars: {{city: {{choice: cities}}, n: {{digits: 7}}}}
-grid: {{context_lengths: [1000, 2000, 4000, 8000], depths: {{steps: 25}}, trials: {trials}}}
+grid: {{context_lengths: [{lengths}], depths: {{steps: 25}}, trials: {trials}}}
 prompt: {{user: "{{haystack}}\\n\\n{{question}}", reserve_tokens: 30}}
 models:
   - {{id: openai/gpt-4.1-mini, mode: {mode}, base_url: "{url}"}}
@@ -41,7 +43,7 @@ scoring:
   - contains: "{{answer}}"
 run: {{poll: {{min_seconds: 0.5, max_seconds: 2}}}}
 """
-CELLS_PER_TRIAL = 100
+DEPTHS = 25  # cells per trial and context length
 EMULATOR_CONFIG = {
     "timing": {"validate_seconds": 0.5, "seconds_per_request": 0.0001, "finalize_seconds": 0.5},
     "rate_limits": {"requests_per_minute": 600_000, "tokens_per_minute": 10_000_000_000},
@@ -99,7 +101,7 @@ def _errors(args: list[str]) -> str:
     return "".join(f"\n  {n} x {key}" for key, n in sorted(codes.items(), key=lambda kv: -kv[1]))
 
 
-def one_run(folder: Path, size: int, mode: str, whole: bool) -> dict:
+def one_run(folder: Path, size: int, mode: str, whole: bool, lengths: list[int]) -> dict:
     config = folder / "emulator.json"
     config.write_text(json.dumps(EMULATOR_CONFIG))
     server = subprocess.Popen(
@@ -111,11 +113,14 @@ def one_run(folder: Path, size: int, mode: str, whole: bool) -> dict:
     stages: dict[str, tuple[float, float, float]] = {}
     try:
         spec = folder / f"scale-{mode}-{size}.yaml"
-        spec.write_text(SPEC.format(mode=mode, size=size, trials=max(1, size // CELLS_PER_TRIAL), url=url))
+        trials = max(1, size // (DEPTHS * len(lengths)))
+        spec.write_text(SPEC.format(mode=mode, size=size, lengths=", ".join(map(str, lengths)), trials=trials, url=url))
         if whole:
             _, wall, cpu, rss, _ = stage(["run", "--wait", str(spec), "--out", str(folder / "out")], env, folder)
             stages["run --wait"] = (wall, cpu, rss)
             run = str(next((folder / "out").glob("*/*/manifest.json")).parent)
+            _, wall, cpu, rss, _ = stage(["report", run], env, folder)
+            stages["report"] = (wall, cpu, rss)
         else:
             _, wall, cpu, rss, out = stage(["compile", str(spec), "--out", str(folder / "out")], env, folder)
             run = out.strip().splitlines()[-1]
@@ -168,21 +173,25 @@ def ledger_rate(n: int = 10_000) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--sizes", help="requests per run (default 1000,10000,100000; with --whole 20000,100000)")
     parser.add_argument("--modes", default="batch,live")
+    parser.add_argument("--lengths", default="1000,2000,4000,8000", help="the context lengths, in tokens")
     parser.add_argument("--whole", action="store_true", help="one stage: nspec run --wait")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve)
         return
-    names = ("run --wait",) if args.whole else ("compile", "submit", "collect", "score", "report")
+    names = ("run --wait", "report") if args.whole else ("compile", "submit", "collect", "score", "report")
+    sizes = [int(s) for s in (args.sizes or ("20000,100000" if args.whole else "1000,10000,100000")).split(",")]
+    peaks: dict[str, dict[int, dict[str, float]]] = {}  # mode → size → stage → peak RSS in MB
     print("per stage: wall seconds / CPU seconds / peak RSS")
     print(f"{'run':>14}  " + "  ".join(f"{n:>21}" for n in names) + f"  {'emulator':>9}  batches  calls/batch")
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in sizes:
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as tmp:
-                r = one_run(Path(tmp), size, mode, args.whole)
+                r = one_run(Path(tmp), size, mode, args.whole, [int(n) for n in args.lengths.split(",")])
+            peaks.setdefault(mode, {})[size] = {n: r["stages"][n][2] for n in names}
             cells = "  ".join(f"{w:6.1f}s {c:5.1f}s {m:4.0f}MB" for w, c, m in (r["stages"][n] for n in names))
             per_batch = f"{r['emulator']['calls'] / r['batches']:.1f}" if mode == "batch" else "-"
             print(
@@ -190,6 +199,13 @@ def main() -> None:
                 f"   ({r['run_mb']:.0f} MB run dir)",
                 flush=True,
             )
+    for mode, by_size in peaks.items():
+        small, large = min(by_size), max(by_size)
+        if small != large:
+            print(f"{mode}: peak RSS at {large:,} requests against {small:,}")
+            for n in names:
+                before, after = by_size[small][n], by_size[large][n]
+                print(f"  {n:>10}: {before:4.0f} -> {after:4.0f} MB ({after / before:.2f}x)")
     grouped, single = ledger_rate()
     print(f"ledger: {grouped:,.0f} final states/s in commit groups, {single:,.0f}/s committed one by one")
 

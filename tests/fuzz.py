@@ -41,6 +41,7 @@ SPECS = ROOT / "specs"
 # their own process only), one reads data nspec does not ship.
 OFFLINE_ONLY_ELSEWHERE = {"kamradt-classic.yaml", "nian.yaml"}
 SECONDS_PER_CASE = 30  # a case that takes longer is a hang
+WORKER_SILENCE = 3 * SECONDS_PER_CASE + 60  # a worker silent this long is stuck past its own alarm
 MEMORY_BYTES = 3 << 30  # address space of the worker: a case that needs more is unbounded
 
 _HOSTILE_NUMBERS: list[Any] = [
@@ -386,20 +387,29 @@ def campaign(seed: int, count: int, part: int = 0, parts: int = 1) -> Campaign:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         pending = list(all_cases)
         while pending:
-            proc = subprocess.Popen(
-                [sys.executable, str(Path(__file__)), "--worker"],
-                cwd=folder,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            log = folder / "worker.log"  # a file, not a pipe nobody reads until the end: native code may write a lot
+            with open(log, "w") as stderr:
+                proc = subprocess.Popen(
+                    [sys.executable, str(Path(__file__)), "--worker"],
+                    cwd=folder,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    text=True,
+                )
             assert proc.stdin is not None and proc.stdout is not None
             feeder = threading.Thread(target=_feed, args=(proc.stdin, pending), daemon=True)
             feeder.start()
             done = 0
+            # The worker's own alarm can be stuck in native code (a model being loaded): silence this long kills
+            # it, and its case is reported as a worker that died, not waited for.
+            watchdog = threading.Timer(WORKER_SILENCE, proc.kill)
+            watchdog.start()
             for line in proc.stdout:
+                watchdog.cancel()
+                watchdog = threading.Timer(WORKER_SILENCE, proc.kill)
+                watchdog.start()
                 result = json.loads(line)
                 done += 1
                 case = pending[done - 1]
@@ -407,11 +417,12 @@ def campaign(seed: int, count: int, part: int = 0, parts: int = 1) -> Campaign:
                 codes[key] += 1
                 if "error" in result:
                     failures.append(f"case {case.number} ({case.base}: {case.mutation}): {result['error']}")
+            watchdog.cancel()
             proc.wait()
             feeder.join()
             if done < len(pending):  # the worker died inside a case
                 case = pending[done]
-                stderr = proc.stderr.read() if proc.stderr else ""
+                stderr = log.read_text(errors="replace")
                 codes["died"] += 1
                 failures.append(f"case {case.number} ({case.base}: {case.mutation}): worker died: {stderr[-800:]}")
                 pending = pending[done + 1 :]

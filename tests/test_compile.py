@@ -16,7 +16,7 @@ from nspec.compiler.context import TEXT_TOLERANCE
 from nspec.compiler.run_writer import compile_run, plan
 from nspec.errors import CompileError, SpecError
 from nspec.spec import load_spec
-from tests.conftest import SPECS, shipped_specs
+from tests.conftest import SPECS, shipped_grid, shipped_specs
 
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -266,17 +266,9 @@ def test_plan_cli(small, cli):
     assert data["models"][1]["tokenizer"] == {"name": "proxy:o200k_base*1", "exact": False, "margin": 0.2}
 
 
-# Shipped grids too large to plan whole in the default run (RULER's 78,000 cells up to 128K, NIAN's 300 at up to
-# 120K): planned at their shortest length, one trial; their families are tested whole in their own files.
-LARGE = ("ruler.yaml", "nian.yaml")
-
-
 @pytest.mark.parametrize("spec", shipped_specs(), ids=lambda p: p.name)
 def test_every_example_plans(spec, monkeypatch):
     monkeypatch.chdir(SPECS.parent)
     loaded = load_spec(f"specs/{spec.name}")
-    if spec.name in LARGE:
-        grid = loaded.data["grid"]
-        grid.update(context_lengths=[min(grid["context_lengths"])], trials=1)
-    result = plan(loaded.data, loaded.base_dir)
+    result = plan(shipped_grid(spec.name, loaded.data), loaded.base_dir)
     assert all(m["cells"] > 0 and m["input_tokens"] > 0 for m in result.as_dict()["models"])

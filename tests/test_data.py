@@ -120,6 +120,8 @@ def test_fetch_puts_every_data_set_in_the_cache_then_finds_them_there(cli, cache
     assert len(mirror.asked) == asked  # nothing fetched again
     listed = cli("data", "list", "--json")
     assert {row["name"]: row["state"] for row in json.loads(listed.out)}["data:squad"] == "fetched"
+    table = cli("data", "list").out
+    assert re.search(r"full_questions\.json +│ fetched +│ +\d+\.\d kB", table) and "0.0 MB" not in table
 
 
 def test_a_file_that_fails_its_pin_is_not_kept_and_the_good_ones_are(cli, cache, mirror):

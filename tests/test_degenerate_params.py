@@ -64,6 +64,27 @@ def test_an_fwe_alpha_whose_words_cannot_all_occur_is_refused_alike(cli, spec_fi
     refused_alike(cli, spec_file(spec.replace("prompt: {reserve_tokens: 64}\n", "")), at, said)
 
 
+def test_cwe_asks_for_its_num_cw_words_and_refuses_a_list_of_common_words_only(cli, spec_file, tmp_path):
+    """RULER's question asks for 10 words: with `num_cw: 12` string_match_all wanted 12, so no reply naming the 10
+    asked for could pass; and at 1K `num_cw: 100` made a list of 14 words, every one "common"."""
+    spec = task_spec("{name: ruler, params: {task: cwe, num_cw: 100}}", "[1000]").replace(
+        "prompt: {reserve_tokens: 64}\n", ""
+    )
+    refused_alike(
+        cli,
+        spec_file(spec),
+        "spec.yaml:4:25: grid.context_lengths: cell openai-gpt-4-1-mini-",
+        "no reply could fail or pass it: its list holds 14 words, every one of them a common word (num_cw 100)",
+    )
+    result = cli(
+        "compile", spec_file(spec.replace("num_cw: 100", "num_cw: 12").replace("[1000]", "[4000]")), "-o", "out"
+    )
+    assert result.code == 0, result.err
+    (cell,) = [json.loads(line) for line in (Path(result.out.strip()) / "cells.jsonl").read_text().splitlines()]
+    assert cell["question"] == "Question: What are the 12 most common words in the above list?"
+    assert len(cell["expected"]) == 12
+
+
 def test_a_bfs_deeper_than_the_graph_reaches_is_refused_alike(cli, spec_file):
     """depth 12 at 2K: every cell expected `[]`, which F1 scores 0 whatever the reply."""
     refused_alike(
@@ -171,6 +192,7 @@ EMBEDDERS = {
         "raise RuntimeError('no CUDA driver found')\n",
         "could not be imported: RuntimeError: no CUDA driver found",
     ),
+    "exits on import": ("raise SystemExit(3)\n", "could not be imported: SystemExit: 3"),
     "fails to load its model": (
         "def load_model(device=None):\n    raise OSError('model.safetensors: unexpected end of file')\n",
         "could not load its model and embed the pairs: OSError: model.safetensors: unexpected end of file",

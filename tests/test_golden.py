@@ -3,6 +3,7 @@
 After an intended change of the output, regenerate them with NSPEC_UPDATE_GOLDEN=1 and review the diff.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import pytest
 
 from nspec.compiler.run_writer import compile_run
 from nspec.spec import load_spec
+from tests.conftest import ROOT, shipped_grid, shipped_specs
 from tests.contract import assert_run_valid
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -45,3 +47,28 @@ def test_golden(spec, tmp_path, monkeypatch):
     assert sorted(got) == sorted(expected)
     for name in expected:
         assert got[name] == expected[name], f"{spec.stem}/{name} differs from the golden file"
+
+
+SHIPPED = GOLDEN / "shipped.json"  # digests of each shipped spec's cells and request files
+
+
+def compiled_digests(run: Path) -> dict[str, str]:
+    """SHA-256 of a run directory's cells and request files: what providers are sent and what grading reads."""
+    files = [run / "cells.jsonl", *sorted((run / "answers" / "requests").glob("*.jsonl"))]
+    return {str(f.relative_to(run)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+@pytest.mark.parametrize("spec", shipped_specs(), ids=lambda p: p.stem)
+def test_shipped_specs_compile_to_recorded_digests(spec, tmp_path, monkeypatch):
+    """Every shipped spec (a large grid cut as the default run takes it, its data sets the tests' stand-ins) compiles
+    to the bytes recorded: the cells and request files of every family and haystack kind the project ships, from
+    1K to 128K tokens, stay byte-identical across changes of how they are made."""
+    monkeypatch.chdir(ROOT)
+    loaded = load_spec(f"specs/{spec.name}")
+    data = shipped_grid(spec.name, loaded.data)
+    got = compiled_digests(compile_run(data, loaded.base_dir, tmp_path, {"file": spec.name}).path)
+    recorded = json.loads(SHIPPED.read_text()) if SHIPPED.is_file() else {}
+    if os.environ.get("NSPEC_UPDATE_GOLDEN"):
+        recorded[spec.stem] = got
+        SHIPPED.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    assert got == recorded[spec.stem]

@@ -16,6 +16,7 @@ from nspec.runners.emulator.config import RateLimits
 from nspec.runners.providers import google
 from nspec.spec import load_spec
 from tests.conftest import BASE
+from tests.gateway import Gateway
 from tests.test_emulator import needle_prompt
 from tests.test_runners import SPEC, assert_complete, nspec_process, results, submit
 
@@ -71,9 +72,13 @@ def test_a_wrong_key_stops_with_exit_2_and_resumes_once_fixed(emulator, tmp_path
 
 @pytest.mark.parametrize("mode", ["batch", "live"])
 def test_an_unknown_model_is_refused_as_google_refuses_it(emulator, tmp_path, cli, gemini_key, mode):
+    """Where its list of models cannot be read (a gateway that does not forward it), Gemini's own refusal stops the
+    run (where it can, the list does first: tests/test_model_lists.py)."""
     emu = emulator()
     spec = spec_for(tmp_path, emu, mode, model="gemini-2.5-flsh")
-    result = cli("run", str(spec), "--wait", "-o", str(tmp_path / "out"))
+    with Gateway(emu.google_base_url, "/models", 404) as gateway:
+        spec.write_text(spec.read_text().replace(emu.google_base_url, f"{gateway.url}/google"))
+        result = cli("run", str(spec), "--wait", "-o", str(tmp_path / "out"))
     assert result.code == 2, result.err
     assert "google answered 404: models/gemini-2.5-flsh is not found" in result.err and "fix the model id" in result.err
 

@@ -214,6 +214,36 @@ def test_a_second_batch_of_a_shard_is_cancelled_and_its_cost_counted(server, tmp
     assert {b["batch_id"] for b in status["batches"]} == {first, second}
 
 
+def test_a_list_of_models_nested_100000_deep_is_a_list_not_read_and_the_run_goes_on(server, tmp_path, cli):
+    """The lists of models asked before the first paid request are read by the SDKs, whose JSON decoding recursed
+    through such a body into an internal error: now a malformed answer, so the list is not used."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    server.respond = lambda call, default: Reply(200, deep) if call.route == "GET /v1/models" else default()
+    ran = cli("run", write_spec(tmp_path, server), "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    assert server.count("GET /v1/models") == 2  # OpenAI's and Anthropic's
+    assert_one_result_per_cell(run_dir(tmp_path))
+
+
+def test_a_damaged_claims_database_is_exit_2_naming_it_and_the_fix(server, tmp_path, cli):
+    """The cache's record of which run folder holds which batch, damaged: SQLite's DatabaseError, once an internal
+    error after the batch was recorded, is exit 2 naming the file; moved away, the same command goes on."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "batches.sqlite").write_bytes(b"not a database, " * 256)
+    spec = write_spec(tmp_path, server)
+    ran = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 2, ran.err
+    assert f"{cache / 'batches.sqlite'}: nspec's record of which run folder holds which batch cannot be used" in ran.err
+    assert "move it away or delete it, and run the same command again" in ran.err
+    (cache / "batches.sqlite").unlink()
+    ran = cli("run", spec, "--wait", "-o", str(tmp_path / "out"))
+    assert ran.code == 0, ran.err
+    assert_one_result_per_cell(run_dir(tmp_path))
+    # the batch created before the refusal was not created again
+    assert server.count("POST /v1/batches") == server.count("POST /v1/messages/batches") == 1
+
+
 def test_content_that_is_not_text_is_an_error_and_a_list_of_text_parts_is_joined(server, tmp_path, cli):
     cells: list[str] = []
 

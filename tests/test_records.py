@@ -68,6 +68,7 @@ def test_the_schemas_refuse_a_field_they_do_not_know_and_a_missing_one(tmp_path)
 
 def test_jsonl_lines_are_stable_and_written_whole(tmp_path):
     assert jsonl.encode({"b": "é", "a": [1, None]}) == '{"b":"é","a":[1,null]}\n'.encode()
+    assert jsonl.encode({"n": 2**64}) == jsonl.dumps({"n": 2**64}) + b"\n" == b'{"n":18446744073709551616}\n'
     path = tmp_path / "x.jsonl"
     jsonl.write(path, ({"n": n} for n in range(3)))
     assert [r["n"] for r in jsonl.read(path)] == [0, 1, 2]
@@ -93,6 +94,11 @@ def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
     assert [r["cell_id"] for r in jsonl.read(path)] == ["a"]
     path.write_bytes(b'{"cell_id": "a"}\n{"cell_id": \n{"cell_id": "c"}\n')
     with pytest.raises(UserError, match=r"results.jsonl:2: not a JSON line; the file is damaged"):
+        list(jsonl.read(path))
+    path.write_bytes(b'{"cell_id": "a"}\n\n{"cell_id": "\xff"}')  # cut inside a character: being appended too
+    assert [r["cell_id"] for r in jsonl.read(path)] == ["a"]
+    path.write_bytes(b'{"cell_id": "a"}\n\n{"cell_id": "\xff"}\n')  # whole, but not UTF-8; blank lines counted
+    with pytest.raises(UserError, match=r"results.jsonl:3: not a JSON line; the file is damaged"):
         list(jsonl.read(path))
 
 

@@ -53,3 +53,14 @@ def test_a_local_model_is_rehearsed_through_the_emulator_too(cli, tmp_path):
     result = cli("run", str(SPECS / "quickstart.yaml"), "--emulator", "--wait", "-o", str(tmp_path / "out"))
     assert result.code == 0, result.err
     assert "scores: 12 pass\n" in result.out  # the negative controls too: the oracle knows them
+
+
+def test_two_rehearsals_at_once_each_have_their_own_emulator(tmp_path):
+    """One started for a rehearsal listens where no other rehearsal looks for one: a second run at the same time
+    starts its own, and keeps it when the first ends."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    with rehearsal.emulator(first, []) as first_root:
+        with rehearsal.emulator(second, []) as second_root:
+            assert first_root != second_root and not rehearsal._hello(f"http://127.0.0.1:{rehearsal.PORT}")
+        assert rehearsal._hello(first_root)

@@ -281,3 +281,49 @@ def test_cells_parquet_has_the_csv_s_rows_with_types(spec_file, tmp_path):
     assert table.column("cell_id").to_pylist() == [r["cell_id"] for r in rows]
     verdicts = table.column("verdict").to_pylist()
     assert verdicts.count(None) == sum(1 for r in rows if not r["verdict"])  # unscored cells: null, not ""
+
+
+def copied(run, copies):
+    """The run ``copies`` times as large: each of its cells, with its request, result and score, again under new
+    ids (the order of every file kept, as `joined` reads them side by side)."""
+    import json
+
+    files = [run / "cells.jsonl", run / "answers" / "results.jsonl", run / "scores.jsonl"]
+    for path in [*files, *sorted((run / "answers" / "requests").glob("*.jsonl"))]:
+        lines = path.read_text().splitlines(keepends=True)
+        ids = [json.loads(line).get("cell_id") or json.loads(line)["custom_id"] for line in lines]
+        with open(path, "w") as fh:
+            for k in range(copies):
+                fh.writelines(line.replace(f'"{cid}"', f'"{cid}-{k}"') for cid, line in zip(ids, lines, strict=True))
+
+
+def test_the_report_s_memory_does_not_grow_with_its_cells(spec_file, tmp_path, monkeypatch):
+    """The report's pass over a run (every cell joined to its request, result and score, folded into the
+    aggregates and written to the exports as it passes) holds aggregates, not cells: from 128 to 512 cells its peak
+    of Python memory grows by less than 200 bytes a cell (the results and scores indexes take 16; a list of the
+    cells, or of their rows, would take kilobytes)."""
+    import shutil
+    import tracemalloc
+
+    from nspec.runners.report.data import CellExport, ParquetSink
+
+    monkeypatch.setattr(ParquetSink, "GROUP", 64)  # a row group is buffered whole: smaller than the runs measured
+    compiled, _ = scored_run(spec_file, tmp_path / "compiled")
+
+    def peak(copies):
+        run = shutil.copytree(compiled, tmp_path / f"x{copies}")
+        copied(run, copies)
+        tracemalloc.start()
+        export = CellExport(tmp_path / f"report-{copies}")
+        try:
+            collect([Run(run)], export)
+        finally:
+            export.close()
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return top, sum(1 for _ in open(run / "cells.jsonl"))
+
+    peak(1)  # what the first pass loads once (modules, caches) is not what grows
+    (small, cells_small), (large, cells_large) = peak(4), peak(16)
+    assert (cells_small, cells_large) == (128, 512)
+    assert (large - small) / (cells_large - cells_small) < 200

@@ -11,6 +11,7 @@ import pytest
 import together
 
 from nspec.runners.providers.together import parse_result
+from tests.gateway import Gateway
 from tests.test_emulator import needle_prompt
 from tests.test_runners import SPEC, assert_complete, nspec_process, results
 
@@ -58,14 +59,20 @@ def test_killed_after_create_the_batch_is_found_again_by_its_file(emulator, tmp_
 
 
 def test_an_unknown_model_is_refused_live_and_fails_its_lines_in_a_batch(emulator, tmp_path, cli):
+    """Where its list of models cannot be read (a gateway that does not forward it), Together's own refusals stop the
+    run (where it can, the list does first: tests/test_model_lists.py)."""
     emu = emulator()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    live_spec = spec_for(tmp_path / "a", emu, "live", "meta-llama/Nope")
-    live = cli("run", str(live_spec), "--wait", "-o", str(tmp_path / "a" / "out"))
-    assert live.code == 2 and "Unable to access model meta-llama/Nope" in live.err, live.err
-    batch_spec = spec_for(tmp_path / "b", emu, "batch", "meta-llama/Nope")
-    batch = cli("run", str(batch_spec), "--wait", "-o", str(tmp_path / "b" / "out"))
+    with Gateway(emu.together_base_url, "/v1/models", 404) as gateway:
+        through = f"{gateway.url}/together"
+        live_spec = spec_for(tmp_path / "a", emu, "live", "meta-llama/Nope")
+        live_spec.write_text(live_spec.read_text().replace(emu.together_base_url, through))
+        live = cli("run", str(live_spec), "--wait", "-o", str(tmp_path / "a" / "out"))
+        assert live.code == 2 and "Unable to access model meta-llama/Nope" in live.err, live.err
+        batch_spec = spec_for(tmp_path / "b", emu, "batch", "meta-llama/Nope")
+        batch_spec.write_text(batch_spec.read_text().replace(emu.together_base_url, through))
+        batch = cli("run", str(batch_spec), "--wait", "-o", str(tmp_path / "b" / "out"))
     assert batch.code == 4, batch.err  # each line answered with the model's 404: failures, never answers
     (run,) = (tmp_path / "b" / "out" / "runner-test").iterdir()
     assert {(r["status"], r["error"]["code"]) for r in results(run)} == {("error", "model_not_available")}

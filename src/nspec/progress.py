@@ -290,25 +290,20 @@ class ProgressView:
         self.installed.__exit__(None, None, None)
 
 
+# The line each event is said in on stderr, whatever the output; an event not here is drawn, or said elsewhere.
+_MESSAGES: dict[str, Callable[[Event], str]] = {
+    "lock-wait": lambda e: f"{e.detail} is working in it; waiting",
+    "waiting": lambda e: f"{e.pending} requests pending; polling again in {e.delay:.0f}s",
+    "failing": lambda e: f"{e.kind}: {e.detail}",
+    "rate-wait": lambda e: f"{e.kind}: {e.detail}; waiting {e.delay:.1f}s",
+    "restored": lambda e: f"{e.total} results lost from the results file fetched again",
+    "count-wait": lambda e: f"{e.detail}; asking again in {e.delay:.1f}s",
+    "fetching": lambda e: f"fetching {e.detail}…",
+    "loading": lambda e: f"loading {e.detail}…",
+    "loaded": lambda e: f"{e.detail} loaded in {e.delay:.1f}s",
+}
+
+
 def _message(event: Event) -> str | None:
-    """The line an event is said in on stderr, whatever the output (None: drawn, or said elsewhere)."""
-    name = event.name
-    if name == "lock-wait":
-        return f"{event.detail} is working in it; waiting"
-    if name == "waiting":
-        return f"{event.pending} requests pending; polling again in {event.delay:.0f}s"
-    if name == "failing":
-        return f"{event.kind}: {event.detail}"
-    if name == "rate-wait":
-        return f"{event.kind}: {event.detail}; waiting {event.delay:.1f}s"
-    if name == "restored":
-        return f"{event.total} results lost from the results file fetched again"
-    if name == "count-wait":
-        return f"{event.detail}; asking again in {event.delay:.1f}s"
-    if name == "fetching":
-        return f"fetching {event.detail}…"
-    if name == "loading":
-        return f"loading {event.detail}…"
-    if name == "loaded":
-        return f"{event.detail} loaded in {event.delay:.1f}s"
-    return None
+    said = _MESSAGES.get(event.name)
+    return None if said is None else said(event)

@@ -12,12 +12,13 @@ of the current trial per tokenizer, never the run.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nspec.errors import CompileError
+from nspec.errors import CellError, CompileError
 from nspec.inputs import Confinement
 
 from . import grid as grid_axes
@@ -91,20 +92,22 @@ class Compilation:
         self.texts = HaystackTexts(self.seed, max(self.lengths), self.trials, self.stats.pass_tokens)
         axes = tuple(a.key for a in self.family.axes)
         self.records = Records(self.family.name, axes, bool(registry.sweeps(spec)), mode is Mode.COMPILE)
+        self.fill = self._fill_fitter(self.records, self.stats)
+        self.sized = SizedFitter(self.records, self.stats)
+        self.fixed = FixedFitter(self.lengths, self.stats)
+
+    def _fill_fitter(self, records: Records, stats: CompileStats) -> FillFitter:
         plan = [step for _, task in self.tasks if isinstance(task, PlacingTask) for step in task.depth_plan()]
-        self.caching = CacheGroups(self.seed, self.lengths, plan, self.source.kind == "stack")
-        haystack = spec.get("haystack", {})
-        self.fill = FillFitter(
-            self.records,
-            self.stats,
-            self.caching,
+        haystack = self.spec.get("haystack", {})
+        return FillFitter(
+            records,
+            stats,
+            CacheGroups(self.seed, self.lengths, plan, self.source.kind == "stack"),
             by_tokens=haystack.get("boundary") == "period-token",  # needlehaystack's cut, counted by the tokenizer
             separator=self.source.separator if self.source.kind == "stack" else None,
             # noise repeats its few sentences by design
             refuse_repetition=haystack.get("repeat", "allow") == "error" and self.source.kind != "noise",
         )
-        self.sized = SizedFitter(self.records, self.stats)
-        self.fixed = FixedFitter(self.lengths, self.stats)
 
     def _tasks(self, base_dir: str, confinement: Confinement | None) -> list[tuple[dict[str, Any], Task]]:
         """The family's task at each point of `grid.params`, with the point."""
@@ -134,17 +137,34 @@ class Compilation:
         """Every cell, in order."""
         return self._walk(_Pass(self.trials, self.lengths, self.models))
 
-    def check(self) -> None:
+    def check(self, longest: bool = True) -> None:
         """What compile refuses, found as compile finds it (validate), every model counted as compile counts it (a
         local model by its own tokenizer): the first trial at the shortest length — a generated context sized and
         built as compile sizes and builds it; for a `Fill` draft, its prompt and inserts counted alone, the haystack
-        not read — then, where a haystack is read, the first trial at the longest length built as compile builds it
-        (the haystack tokenised once)."""
+        not read — then, with ``longest``, `check_longest`."""
         for _ in self._walk(_Pass(1, [min(self.lengths)], self.models, read_haystack=not self.fills)):
             pass
-        if self.fills:
+        if longest:
+            self.check_longest()
+
+    def check_longest(self) -> None:
+        """Where a haystack is read, the first trial at the longest length built as compile builds it (the haystack
+        tokenised once, and kept for the cells): a cell that cannot be made there is a `CellError`, found before
+        any cell is written."""
+        if not self.fills:
+            return
+        # Fitted apart from the cells: their counters, cache groups and fitting start from nothing, no record is
+        # written; only the tokenised haystacks are kept.
+        kept = self.stats, self.fill
+        self.stats = CompileStats(SourceUse(len(self.source.documents)))
+        self.fill = self._fill_fitter(dataclasses.replace(self.records, requests=False), self.stats)
+        try:
             for _ in self._walk(_Pass(1, [max(self.lengths)], self.models)):
                 pass
+        except CompileError as exc:  # a model's max_context under the length too: a cell it cannot make
+            raise CellError(str(exc)) from None
+        finally:
+            self.stats, self.fill = kept
 
     def _walk(self, scope: _Pass) -> Iterator[Cell]:
         for trial in range(scope.trials):
@@ -180,7 +200,6 @@ class Compilation:
     def _filled_trial(self, scope: _Pass, model: Model, trial: int) -> Iterator[Cell]:
         """A model's trial of a family that fills a haystack: its haystack (the spec's, or a task's variant of it)
         tokenised once."""
-        self.fill.start_trial()
         for variant, prompt in self.variants:
             prompt = model_prompt(prompt, model)
             for length in scope.lengths:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from nspec.errors import CompileError
@@ -32,6 +33,10 @@ BOUNDARY_REACH = 1024
 _CLEAN_IN_TEXT = re.compile(rb"(?<=[\x21-\x7e]) |(?<=\n)[A-Za-z0-9]")
 _WHITESPACE = b" \t\r\n"
 _SPACES = (" ", "\t", "\r", "\n")
+
+Piece = str | tuple[int, int]  # a text, or a range of haystack tokens
+# Tokens of the haystack between two of its clean tokens: their distance, where it is counted by its own tokenizer.
+Between = Callable[[int, int], int]
 
 
 class FitError(CompileError):
@@ -86,6 +91,7 @@ class BuiltContext:
     span: tuple[int, int]  # the haystack tokens used, [begin, end)
     own_tokens: int  # the whole request in the tokenizer's own units (before a proxy's factor)
     first_insert: int  # the haystack token the first insert goes before (the span's end when there is none)
+    pieces: tuple[Piece, ...]  # the user message as it was counted: ``user`` is their texts joined
 
 
 def fixed_tokens(tokenizer: Tokenizer, parts: PromptParts) -> int:
@@ -203,13 +209,15 @@ def build_token_context(
     texts = [i.text for i in inserts]
     # Placed as given, like stack items: an empty separator glues nothing on.
     pieces, depths = assemble_at(tt, start, end, positions, inserts, texts, sizes, "")
-    user = "".join([parts.prefix, *(p if isinstance(p, str) else tt.text(*p) for p in pieces), parts.suffix])
-    user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
+    user_pieces = (parts.prefix, *pieces, parts.suffix)
+    user = "".join(p if isinstance(p, str) else tt.text(*p) for p in user_pieces)
+    user_tokens = count_pieces(tt, tokenizer, user_pieces)
     fixed = fixed_tokens(tokenizer, parts)
     hay = user_tokens - tokenizer.own_count(parts.prefix) - tokenizer.own_count(parts.suffix)
     first = min(positions, default=end)
     total = tokenizer.scale(fixed + user_tokens)
-    return _with_haystack(BuiltContext(user, total, hay, depths, (start, end), fixed + user_tokens, first), target)
+    built = BuiltContext(user, total, hay, depths, (start, end), fixed + user_tokens, first, user_pieces)
+    return _with_haystack(built, target)
 
 
 def _with_haystack(built: BuiltContext, target: int) -> BuiltContext:
@@ -248,7 +256,7 @@ class _Fit:
         pieces, depths = assemble_at(
             tt, begin, end, positions, self.inserts, self.texts, self.sizes, self.stack_separator
         )
-        user_tokens = _count_pieces(tt, tokenizer, [parts.prefix, *pieces, parts.suffix])
+        user_tokens = count_pieces(tt, tokenizer, (parts.prefix, *pieces, parts.suffix))
         total = tokenizer.scale(self.fixed + user_tokens)
         hay = user_tokens - tokenizer.own_count(parts.prefix) - tokenizer.own_count(parts.suffix)
         first = min(positions, default=end)
@@ -304,7 +312,7 @@ class _Fit:
 class _Measured:
     """A context as a fit measures it: its pieces, not yet joined into text."""
 
-    pieces: list[str | tuple[int, int]]
+    pieces: list[Piece]  # the haystack part's
     total: int
     haystack_tokens: int
     depths: tuple[float, ...]
@@ -313,15 +321,16 @@ class _Measured:
     first_insert: int
 
     def context(self, tt: TokenizedText, parts: PromptParts) -> BuiltContext:
-        texts = (p if isinstance(p, str) else tt.text(*p) for p in self.pieces)
+        user_pieces = (parts.prefix, *self.pieces, parts.suffix)
         return BuiltContext(
-            "".join([parts.prefix, *texts, parts.suffix]),
+            "".join(p if isinstance(p, str) else tt.text(*p) for p in user_pieces),
             self.total,
             self.haystack_tokens,
             self.depths,
             self.span,
             self.own_tokens,
             self.first_insert,
+            user_pieces,
         )
 
 
@@ -370,11 +379,11 @@ def assemble_at(
     texts: list[str],
     sizes: list[int],
     stack_separator: str | None,
-) -> tuple[list[str | tuple[int, int]], tuple[float, ...]]:
+) -> tuple[list[Piece], tuple[float, ...]]:
     """The pieces of the haystack part with each insert at its given position, and each insert's actual depth."""
     span = end - start
     order = sorted(range(len(inserts)), key=lambda i: (positions[i], inserts[i].depth, i))
-    pieces: list[str | tuple[int, int]] = []
+    pieces: list[Piece] = []
     cursor = start
     starts_at: dict[int, int] = {}  # insert index → context tokens before it
     placed_before = 0
@@ -431,12 +440,19 @@ def _join_group(
     return before + body + after
 
 
-def _count_pieces(tt: TokenizedText, tokenizer: Tokenizer, pieces: list[str | tuple[int, int]]) -> int:
-    """Exact tokens of the concatenated pieces (own units)."""
+def count_pieces(
+    tt: TokenizedText, tokenizer: Tokenizer, pieces: tuple[Piece, ...], between: Between | None = None
+) -> int:
+    """Exact tokens of the concatenated pieces in ``tokenizer``'s own units. The haystack's tokens between clean
+    points are counted by ``between``: by default their distance (``tt`` tokenised by ``tokenizer``); another
+    tokenizer counts them in its own tokenisation of the same text."""
     present = [p for p in pieces if (p if isinstance(p, str) else p[1] > p[0])]
+    distance = between or (lambda first, last: last - first)
     total = 0
     for piece in present:
-        total += tokenizer.own_count(piece) if isinstance(piece, str) else _range_tokens(tt, tokenizer, *piece)
+        total += (
+            tokenizer.own_count(piece) if isinstance(piece, str) else _range_tokens(tt, tokenizer, distance, *piece)
+        )
     for left, right in itertools.pairwise(present):
         tail, head = _tail(tt, left), _head(tt, right)
         joined = tokenizer.own_count(tail + head)
@@ -444,18 +460,18 @@ def _count_pieces(tt: TokenizedText, tokenizer: Tokenizer, pieces: list[str | tu
     return total
 
 
-def _range_tokens(tt: TokenizedText, tokenizer: Tokenizer, a: int, b: int) -> int:
-    """Exact tokens of the haystack text of tokens [a, b) on its own: b - a between clean points; an end that is
+def _range_tokens(tt: TokenizedText, tokenizer: Tokenizer, between: Between, a: int, b: int) -> int:
+    """Exact tokens of the haystack text of tokens [a, b) on its own: ``between`` its clean points; an end that is
     not one (`boundary: period-token` cuts at any token) re-encodes only the bytes out to the nearest clean point."""
     first, last = tt.next("clean", a, b), tt.last("clean", b, a)
     if first >= last:
         return tokenizer.own_count(tt.text(a, b))
     head = tokenizer.own_count(tt.text(a, first)) if first > a else 0
     tail = tokenizer.own_count(tt.text(last, b)) if b > last else 0
-    return head + (last - first) + tail
+    return head + between(first, last) + tail
 
 
-def _tail(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
+def _tail(tt: TokenizedText, piece: Piece) -> str:
     """The end of a piece from its last clean point inward (the part a join can change)."""
     if isinstance(piece, str):
         data = piece.encode()
@@ -466,7 +482,7 @@ def _tail(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
     return tt.text(tt.last("clean", b - 1, a), b)
 
 
-def _head(tt: TokenizedText, piece: str | tuple[int, int]) -> str:
+def _head(tt: TokenizedText, piece: Piece) -> str:
     """The start of a piece up to its first clean point."""
     if isinstance(piece, str):
         data = piece.encode()

@@ -187,6 +187,9 @@ def _load_stack(
         alternates = obj.get(fields["alternates"]) or []
         if not isinstance(alternates, list) or not all(isinstance(a, str) for a in alternates):
             raise _line_error(record, f"`{fields['alternates']}` must be a list of strings")
+        if not all(str(text).strip() for text in (answer, *alternates)):  # the reply that says nothing holds it
+            key = fields["answer"] if not str(answer).strip() else fields["alternates"]
+            raise _line_error(record, f"`{key}` holds an empty answer: every reply holds it, so no reply could fail")
         questions.append(StackQuestion(str(item), question, str(answer), tuple(alternates)))
     problem = stack_item_problem(items, separator)
     if problem is not None:

@@ -294,13 +294,17 @@ def prepare(
     mode: Mode = Mode.COMPILE,
     counts: CountsFile | None = None,
     fetch: dict[str, Fetch] | None = None,
+    check_longest: bool = False,
 ) -> tuple[Compilation, str]:
     """The compilation (with ``counts``, and ``fetch`` to ask for missing ones: calibrate) and the compile hash of a
-    resolved spec, its grid checked against ``max_cells`` first. The haystack is read only for a task family that
-    places its content in one."""
+    resolved spec, its grid checked against ``max_cells`` first — after, with ``check_longest``, its cells at the
+    longest length (`Compilation.check_longest`), as validate checks them. The haystack is read only for a task
+    family that places its content in one."""
     needs = registry.family(registry.named(spec)).needs_haystack
     source = load_haystack(spec["haystack"], base_dir, confinement) if needs and "haystack" in spec else None
     compilation = Compilation(spec, source, mode, counts, fetch, base_dir, confinement)
+    if check_longest:
+        compilation.check_longest()
     cells = compilation.count()
     if cells > max_cells:
         raise CompileError(
@@ -515,7 +519,7 @@ def plan(
     """Every cell made and counted, nothing written. Haystack files outside ``confinement`` are refused; a grid of
     more than ``max_cells`` cells is refused before any work; models with ``counts`` are fitted and counted in
     them; ``left_to_judges`` estimates the judges' share of the answers (`JudgeTotals`)."""
-    compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.PLAN, counts)
+    compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.PLAN, counts, check_longest=True)
     totals = {m.label: ModelTotals(m) for m in compilation.models}
     judges = JudgeTotals(spec, left_to_judges)
     for cell in compilation.cells():
@@ -605,7 +609,7 @@ def compile_run(
     blocked = file_in_the_way(Path(out_root) / spec["name"])
     if blocked is not None:  # said before the work, not after
         raise UserError(f"cannot write the run directory under {out_root}: {blocked} is not a folder")
-    compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.COMPILE, counts)
+    compilation, digest = prepare(spec, base_dir, confinement, max_cells, Mode.COMPILE, counts, check_longest=True)
     parent = Path(out_root) / spec["name"]
     final = parent / digest[:12]
     if (final / "manifest.json").is_file():
@@ -646,11 +650,12 @@ def _write(
     writers = {m.label: ShardWriter(folder, m, caps) for m in compilation.models}
     totals = {m.label: ModelTotals(m) for m in compilation.models}
     seen: set[str] = set()
-    with open(folder / "cells.jsonl", "wb") as cells_file:
+    with open(folder / "cells.jsonl", "wb") as cells_file, jsonl.writer(cells_file) as cell_lines:
         for cell in _unique(compilation.cells(), seen):
             assert cell.request is not None
+            # A request line is encoded first: its shard depends on its size, and the shard's hash on its bytes.
             shard = writers[cell.model.label].write(jsonl.encode(cell.request), cell.opens_group)
-            cells_file.write(jsonl.encode({**cell.record, "shard": shard}))
+            cell_lines.write({**cell.record, "shard": shard})
             totals[cell.model.label].add(cell)
     for label, writer in writers.items():
         writer.close()

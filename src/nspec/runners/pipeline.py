@@ -23,49 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from nspec.compiler.providers.contract import model_name
-from nspec.compiler.providers.credentials import Destination, destination
-from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
-from nspec.compiler.run_writer import plan as plan_run
+from nspec.compiler.run_writer import DEFAULT_MAX_CELLS
 from nspec.compiler.tokenizers import encoding
 from nspec.errors import UserError, writing
 from nspec.events import Event, Listener, ignore
 from nspec.runners import rehearsal
+
+# Compile and plan live apart (they load no other stage's modules), and are part of the pipeline's API.
+from nspec.runners.compiling import Compiled as Compiled
+from nspec.runners.compiling import Planned as Planned
+from nspec.runners.compiling import compile_spec, destinations, model_entries
+from nspec.runners.compiling import plan_spec as plan_spec
 from nspec.runners.export import Exported, export_vllm
-from nspec.runners.grading import calibration
 from nspec.runners.grading.scoring import JUDGE_ERROR, verdict_counts
 from nspec.runners.importer import Imported, import_results
 from nspec.runners.model_check import check_models
 from nspec.runners.run_store import Run, check_results, exclusive
 from nspec.runners.session import Session, failure_summary, grade, set_scoring, stage_status, stages
-from nspec.spec import LoadedSpec, load_spec, located_cells
-from nspec.spec.provenance import describe
+from nspec.spec import load_spec
 from nspec.spec.yamlsource import SourceMap, read_document
-
-
-@dataclass(frozen=True)
-class Compiled:
-    path: Path
-    run_id: str
-    created: bool  # False when an identical run directory already existed
-    destinations: list[Destination]  # where the run's requests (answers and judges) go, and with which keys
-    source: SourceMap | None = None  # where each value of the spec was written (its files and lines)
-
-
-@dataclass(frozen=True)
-class Planned:
-    # What `nspec plan --json` prints: the compiler's plan, the cap on cells, where requests go, the provenance.
-    plan: dict[str, Any]
-    destinations: list[Destination]
-
-    @property
-    def cells(self) -> int:
-        """The grid's cells, the dropped ones too: what the cap on cells counts."""
-        return sum(m["cells"] + m["dropped_cells"] for m in self.plan["models"])
-
-    @property
-    def dropped_cells(self) -> int:
-        """Cells longer than their model's max_context, dropped (`run.on_too_long: drop`)."""
-        return sum(m["dropped_cells"] for m in self.plan["models"])
 
 
 @dataclass(frozen=True)
@@ -109,44 +85,6 @@ class Ran:
     def __post_init__(self) -> None:
         pending = self.collected.pending + (self.scored.pending if self.scored else 0)
         object.__setattr__(self, "pending", pending)
-
-
-def compile_spec(
-    spec_file: str, out: str | Path = "outputs", allowed: Sequence[str] = (), max_cells: int = DEFAULT_MAX_CELLS
-) -> Compiled:
-    """Load and validate a spec, and write its run directory under ``out/<name>/<run id>`` (a no-op if it exists).
-    The spec reads files under its root only, and under the folders ``allowed``; a grid of more than ``max_cells``
-    cells is refused."""
-    loaded = load_spec(spec_file, allowed)
-    with located_cells(loaded):
-        result = compile_run(
-            loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
-        )
-    return Compiled(result.path, result.path.name, result.created, destinations(loaded.data), loaded.source)
-
-
-def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned:
-    """What compiling a loaded spec would make, nothing written: cells, requests, tokens and estimated cost per model
-    and judge, where the requests go, and the spec's provenance. A grid of more than ``max_cells`` cells is
-    refused."""
-    with located_cells(loaded):
-        planned = plan_run(
-            loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts, calibration.left_to_judges
-        )
-    sends = destinations(loaded.data)
-    where = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
-    return Planned(
-        {**planned.as_dict(), "max_cells": max_cells, "destinations": where, "provenance": describe(loaded)}, sends
-    )
-
-
-def destinations(spec: dict[str, Any]) -> list[Destination]:
-    """Where a resolved spec's requests go — its models' and its judges' — and which key variable each reads."""
-    seen: dict[str, Destination] = {}
-    for entry in _entries(spec):
-        found = destination(entry)
-        seen.setdefault(found.model, found)
-    return list(seen.values())
 
 
 def _announce(spec: dict[str, Any], events: Listener) -> None:
@@ -332,21 +270,14 @@ def run(
         events(Event("compiled", detail=str(path)))
         return _run(path, wait, events, wait_lock, max_usd, max_wait, retry_errors, compiled.source)
     spec = Run(path).spec
-    served = [model_name(e) for e in _entries(spec) if str(e["id"]).split("/", 1)[0] in ("local", "openai-compatible")]
+    served = [
+        model_name(e) for e in model_entries(spec) if str(e["id"]).split("/", 1)[0] in ("local", "openai-compatible")
+    ]
     with rehearsal.emulator(path, served) as root:
         said = f"every model → the emulator at {root} (a rehearsal: no key, nothing paid)"
         events(Event("destinations", detail=said))
         events(Event("compiled", detail=str(path)))
         return _run(path, wait, events, wait_lock, max_usd, max_wait, retry_errors, compiled.source)
-
-
-def _entries(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The model entries of a resolved spec: its models', then its judges'."""
-    entries = list(spec["models"])
-    for scorer in spec.get("scoring", []):
-        if "judge" in scorer:
-            entries += scorer["judge"]["models"]
-    return entries
 
 
 def _run(

@@ -3,9 +3,10 @@ without keys, without paying. Its run directory lies apart from the real run's (
 and says so (``rehearsal.json``, naming the emulator), and every model of it — the judges and local models too — is
 sent to that emulator: `Run.models` gives each its emulator's address and a key any emulator takes. The emulator is
 the one listening on 127.0.0.1:8765 when there is one (started with faults, say: `nspec emulator --config FILE`), else
-one started in this process, which keeps its batches in the run directory (a rehearsal that stops goes on with the
-next one's). It is told the run (`POST /nspec/runs`), so its oracle answers the run's cells with their expected
-answers: a rehearsal of any family scores 100% unless its emulator is asked for faults.
+one started in this process on a port of its own (two rehearsals at once each have theirs), which keeps its batches
+in the run directory (a rehearsal that stops goes on with the next one's). It is told the run (`POST /nspec/runs`),
+so its oracle answers the run's cells with their expected answers: a rehearsal of any family scores 100% unless its
+emulator is asked for faults.
 """
 
 from __future__ import annotations
@@ -74,18 +75,16 @@ def _hello(root: str) -> bool:
 @contextmanager
 def emulator(run: Path, model_names: list[str]) -> Iterator[str]:
     """The emulator a rehearsal of ``run`` goes to, while inside: the one on 127.0.0.1:8765, else one of this
-    process's (on that port, or one the OS picks when another program holds it). It is told the run and the names
+    process's own. It is told the run and the names
     its requests give models no provider serves (``model_names``), and the run directory is marked with it."""
     from nspec.runners.emulator import Emulator, EmulatorConfig
 
     root = f"http://127.0.0.1:{PORT}"
     started = None
     if not _hello(root):
-        state = run / "emulator"
-        try:
-            started = Emulator(EmulatorConfig(), port=PORT, state_dir=str(state)).start()
-        except OSError:  # the port is another program's
-            started = Emulator(EmulatorConfig(), port=0, state_dir=str(state)).start()
+        # On a port the OS picks, never 8765: another rehearsal would take it for one to share, and lose it when
+        # this process ends.
+        started = Emulator(EmulatorConfig(), port=0, state_dir=str(run / "emulator")).start()
         root = started.anthropic_base_url
     try:
         told = json.dumps({"run": str(run.resolve()), "models": model_names}).encode()

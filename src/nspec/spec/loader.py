@@ -67,10 +67,12 @@ def located_cells(loaded: LoadedSpec) -> Iterator[None]:
         raise SpecError([checks.lengths_issue(loaded.source, str(exc))]) from None
 
 
-def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
+def load_spec(file: str, allowed: Sequence[str] = (), fit_longest: bool = True) -> LoadedSpec:
     """Load, merge, validate and resolve the spec at ``file``; raises SpecError with every issue found. The files
     it names (includes, haystack and stack files) must lie under its root or a folder in ``allowed``
-    (`nspec.inputs.Confinement`)."""
+    (`nspec.inputs.Confinement`). ``fit_longest``: build the first trial's cells at the longest length to find
+    what compile would refuse there; a caller that compiles the spec next passes False, and its compile finds it
+    before any work (`Compilation.check_longest`, located by `located_cells`), the haystack read once."""
     confinement = Confinement.of(file, allowed)
     files: list[str] = []
     doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
@@ -86,7 +88,8 @@ def load_spec(file: str, allowed: Sequence[str] = ()) -> LoadedSpec:
     resolved = fill_defaults(data)
     if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
         resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
-    fit = checks.family_fit(resolved, registry.params_of(data), source, os.path.dirname(file) or ".", confinement)
+    written = registry.params_of(data)
+    fit = checks.family_fit(resolved, written, source, os.path.dirname(file) or ".", confinement, fit_longest)
     if fit:
         raise SpecError(fit)
     counts = load_counts(file)
@@ -113,18 +116,19 @@ def load_counts(spec_file: str) -> CountsFile | None:
     if not os.path.lexists(path):
         return None
     try:
-        parsed = decode(Source(path, read_input(path, COUNTS_LIMIT))).value
+        document = decode(Source(path, read_input(path, COUNTS_LIMIT)))
+        errors = sorted(_counts_validator().iter_errors(document.value), key=lambda e: list(map(str, e.absolute_path)))
+        refusals = [document.error(e.message[:300], tuple(e.absolute_path)) for e in errors[:20]]
     except DataError as exc:
-        where = Location(path, exc.line, exc.column or 1)
-        raise SpecError([SpecIssue(where, exc.field, f"{exc.reason}: rerun nspec calibrate")]) from None
-    errors = sorted(_counts_validator().iter_errors(parsed), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        issues = [
-            SpecIssue(Location(path, 1, 1), ".".join(map(str, e.absolute_path)), f"{e.message[:300]}")
-            for e in errors[:20]
-        ]
-        raise SpecError(issues)
-    return CountsFile.from_dict(parsed)
+        refusals = [exc]
+    if refusals:  # each at the value it names
+        raise SpecError(
+            [
+                SpecIssue(Location(path, r.line, r.column or 1), r.field, f"{r.reason}: rerun nspec calibrate")
+                for r in refusals
+            ]
+        )
+    return CountsFile.from_dict(document.value)
 
 
 def _load_with_includes(file: str, chain: tuple[str, ...], files: list[str], confinement: Confinement) -> Document:

@@ -28,7 +28,7 @@ from ..record import Cell, Records
 from ..stats import CompileStats
 from ..tasks import Draft, Fill
 from .cache_groups import CacheGroups
-from .measure import Fitted, PieceCounts, estimated
+from .measure import Fitted, ReferenceCounts, estimated
 
 _HAYSTACK_MARK = "\x00haystack\x00"
 # A needle further than this (in points of depth) from where it was asked to go is reported: in a short context of
@@ -85,12 +85,9 @@ class FillFitter:
     ) -> None:
         self.records, self.stats, self.caching = records, stats, caching
         self.by_tokens, self.separator, self.refuse_repetition = by_tokens, separator, refuse_repetition
-        self.pieces = PieceCounts()  # reference counts of the current model and trial's haystack pieces
+        # The o200k counts of cells' records, made where records are written (validate and plan never read them).
+        self.references = ReferenceCounts() if records.requests else None
         self._aims: dict[str, tuple[float, int]] = {}  # per calibrated model: `CountedSlot.aim`, last seen
-
-    def start_trial(self) -> None:
-        """A model's trial begins: the pieces of the last one are not seen again."""
-        self.pieces.clear()
 
     def prepare(self, slot: ModelSlot, draft: Draft) -> FillCell:
         """A family's draft with its prompt parts and its cache arm."""
@@ -226,11 +223,11 @@ class FillFitter:
             if request is not None and self.records.requests:
                 request = model.api.shape_cache(request, prompt, cut)
             extra["cache"] = cut.record()
-        reference = (
-            built.own_tokens  # counted so already (a proxy's factor comes after)
-            if model.tokenizer.encoding_name == "o200k_base"
-            else self.pieces.reference_tokens([built.user, *parts.others()])
-        )
+        reference = None
+        if model.tokenizer.encoding_name == "o200k_base":
+            reference = built.own_tokens  # counted so already (a proxy's factor comes after)
+        elif self.references is not None:
+            reference = self.references.reference_tokens(slot.tt, built, parts.others())
         fitted = Fitted(
             prompt=prompt,
             tokens=tokens,

@@ -3,18 +3,17 @@ the reference count in o200k_base that lets lengths compare across tokenizers.""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nspec.prompt import Prompt
 
+from ..context import BuiltContext, count_pieces
+from ..haystack import TokenizedText
 from ..models import Model
 from ..stats import CompileStats
 from ..tokenizers import chat_framing, encoding
-
-_CLEAN_LINE_START = re.compile(r"(?<=\n)(?=[A-Za-z0-9])")  # a clean cut point (`compiler.haystack`)
 
 
 @dataclass
@@ -27,7 +26,7 @@ class Fitted:
     reserve: int  # the answer budget, within the length
     counted: dict[str, Any]  # how it was counted: `counted_by`, and `margin`, `fitted_to` for an estimate
     haystack_tokens: int  # the context's tokens without the templates
-    reference_tokens: int  # the prompt in o200k_base with OpenAI's chat framing
+    reference_tokens: int | None  # the prompt in o200k_base with OpenAI's chat framing (None: not counted, no record)
     question: str
     expected: list[str]
     data: dict[str, Any]
@@ -59,25 +58,27 @@ def reference_tokens(texts: Sequence[str]) -> int:
     return chat_framing(len(texts)) + sum(o200k.count(t) for t in texts)
 
 
-class PieceCounts:
-    """o200k_base counts of texts that share most of their pieces (the cells of one model and trial cut the same
-    haystack at other places): each text counted a piece at a time between line starts that are clean cut points (a
-    letter or digit after a newline), each piece's count kept until `clear`."""
+class ReferenceCounts:
+    """`reference_tokens` of contexts cut from a haystack tokenised in another encoding, without tokenising them
+    again: the haystack's text tokenised in o200k_base once (for the last haystack seen: the models and trials of a
+    compile share it), and each context counted from the pieces it was built of (`context.count_pieces`), its
+    haystack ranges by o200k_base's tokens between their clean points — where every encoding cuts alike."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, int] = {}
+        self._haystack: TokenizedText | None = None
+        self._o200k: TokenizedText | None = None  # the same text in o200k_base tokens
 
-    def reference_tokens(self, texts: Sequence[str]) -> int:
-        """`reference_tokens` of ``texts``, from the pieces kept."""
-        o200k, kept = encoding("o200k_base"), self._kept
-        total = chat_framing(len(texts))
-        for text in texts:
-            for piece in _CLEAN_LINE_START.split(text):
-                count = kept.get(piece)
-                if count is None:
-                    count = kept[piece] = o200k.count(piece)
-                total += count
-        return total
+    def reference_tokens(self, tt: TokenizedText, built: BuiltContext, others: Sequence[str]) -> int:
+        """`reference_tokens` of the request whose user message is ``built`` (cut from ``tt``) and whose other
+        texts are ``others``."""
+        o200k = encoding("o200k_base")
+        if self._haystack is not tt:
+            self._haystack, self._o200k = tt, TokenizedText(tt.data.decode("utf-8"), o200k)
+        reference, starts = self._o200k, tt.starts
+        assert reference is not None
 
-    def clear(self) -> None:
-        self._kept.clear()
+        def between(first: int, last: int) -> int:
+            return reference.token_at_byte(starts[last]) - reference.token_at_byte(starts[first])
+
+        user = count_pieces(tt, o200k, built.pieces, between)
+        return chat_framing(1 + len(others)) + user + sum(o200k.count(t) for t in others)

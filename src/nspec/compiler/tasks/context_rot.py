@@ -64,13 +64,13 @@ def embedding_similarities(pairs: Sequence[Pair]) -> Mapping[str, float]:
     naming the package and the fix."""
     try:
         package = importlib.import_module(EMBEDDING_PACKAGE)
-    except Exception as exc:  # a broken install fails in its own ways; none of them is nspec's bug
+    except (Exception, SystemExit) as exc:  # a broken install fails in its own ways; none of them is nspec's bug
         missing = isinstance(exc, ImportError) and exc.name == EMBEDDING_PACKAGE
         why = f"similarity: embedding needs the optional extra with its model: {EXTRA}"
         raise ParamError(("similarity",), why if missing else _broken("be imported", exc)) from None
     try:
         similarities = _embedded(package, tuple(pairs))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ParamError(("similarity",), _broken("load its model and embed the pairs", exc)) from None
     unreadable = sorted(p for p, v in similarities.items() if not math.isfinite(v))
     if unreadable:
@@ -79,7 +79,7 @@ def embedding_similarities(pairs: Sequence[Pair]) -> Mapping[str, float]:
     return similarities
 
 
-def _broken(step: str, exc: Exception) -> str:
+def _broken(step: str, exc: BaseException) -> str:
     """What a refusal of the extra says: the package, what failed and why, and the fix."""
     said = f"{type(exc).__name__}: {exc}"[:300]
     return f"{EMBEDDING_PACKAGE} (similarity: embedding) could not {step}: {said}; {REINSTALL}"

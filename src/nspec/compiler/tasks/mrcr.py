@@ -279,7 +279,8 @@ class PublishedConversations(Task):
 
 def checked_row(record: Record, index: int) -> dict[str, Any]:
     """A row of OpenAI's file, with what is read of it: its messages alternate user and assistant, from a user
-    turn to a user turn; its answer is not empty (an empty one would pass the reply that says nothing)."""
+    turn to a user turn; its answer holds more than the random string (else it would pass the reply that says
+    nothing but the string)."""
     row = record.value
     if not isinstance(row, dict):
         raise record.refusal("a row is an object with prompt, answer and random_string_to_prepend")
@@ -305,6 +306,11 @@ def checked_row(record: Record, index: int) -> dict[str, Any]:
         raise record.refusal("`answer` and `random_string_to_prepend` must be text")
     if not answer.strip():
         raise record.refusal("`answer` is empty: the cell would pass a reply that says nothing")
+    if not answer.removeprefix(prefix).strip():  # the grade strips the string from both before comparing
+        raise record.refusal(
+            "`answer` holds nothing past `random_string_to_prepend`: the cell would pass a reply that is only the "
+            "string"
+        )
     needles = row.get("n_needles")
     return {
         "row": index,

@@ -23,21 +23,6 @@ from nspec.runners.emulator.config import EmulatorConfig
 from nspec.runners.emulator.models import served
 from nspec.runners.providers.openai_models import CHAT, RESPONSES
 
-# Groq's production models (console.groq.com/docs/models); the config's `models` adds others.
-GROQ_MODELS = frozenset(
-    (
-        "llama-3.1-8b-instant",
-        "llama-3.3-70b-versatile",
-        "meta-llama/llama-4-scout-17b-16e-instruct",
-        "meta-llama/llama-4-maverick-17b-128e-instruct",
-        "meta-llama/llama-guard-4-12b",
-        "openai/gpt-oss-120b",
-        "openai/gpt-oss-20b",
-        "qwen/qwen3-32b",
-        "moonshotai/kimi-k2-instruct-0905",
-    )
-)
-
 
 @dataclass(frozen=True)
 class Flavour:
@@ -76,7 +61,7 @@ def _azure_model(deployment: str, config: EmulatorConfig) -> str | None:
 
 
 def _groq_model(model: str, config: EmulatorConfig) -> str | None:
-    return model if model in GROQ_MODELS or model in config.models else None
+    return model if served("groq", model, config.models) else None
 
 
 def _groq_window(window: str) -> bool:

@@ -1,8 +1,9 @@
 """Gemini's routes (base URL `http://HOST:PORT/google`, as the google-genai SDK's `http_options.base_url`: the prefix
 keeps them apart from OpenAI's, which share `/v1/files` and `/v1/batches`), under `/v1` and `/v1beta`: resumable file
 uploads (`/upload/v1/files`, then the session URL it returns), files (metadata, download, delete),
-`models/{model}:generateContent`, `:countTokens` and `:batchGenerateContent`, and batches (get, list, cancel,
-delete). Keys in `x-goog-api-key` (or `?key=`); errors as `{"error": {code, message, status}}`.
+`models/{model}:generateContent`, `:countTokens` and `:batchGenerateContent`, the list of models (`GET models`, a page
+at a time), and batches (get, list, cancel, delete). Keys in `x-goog-api-key` (or `?key=`); errors as `{"error": {code,
+message, status}}`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from nspec.runners.emulator import google_batches
 from nspec.runners.emulator.anthropic_batches import rfc3339
 from nspec.runners.emulator.caching import google_cached
 from nspec.runners.emulator.generation import google_prompt_tokens, google_response
-from nspec.runners.emulator.models import google_refusal
+from nspec.runners.emulator.models import google_refusal, listed
 from nspec.runners.emulator.routes import Api, ApiError, Dialect, limit_param
 
 PREFIX = "/google"
@@ -89,6 +90,7 @@ def routes(api: Api) -> list[Route]:
                 ("GET", f"{base}/files/{{rest}}", files, False),
                 ("DELETE", f"{base}/files/{{rest}}", files, False),
                 ("POST", f"{base}/models/{{rest}}", models, True),
+                ("GET", f"{base}/models", list_models, False),
                 ("GET", f"{base}/batches", list_batches, False),
                 ("GET", f"{base}/batches/{{rest}}", batches, False),
                 ("POST", f"{base}/batches/{{rest}}", batches, False),
@@ -185,6 +187,45 @@ async def models(api: Api, request: Request) -> Response:
     return JSONResponse(response, headers=headers)
 
 
+def _page(request: Request, names: list[Any]) -> tuple[list[Any], str | None]:
+    """One page of ``names`` as Google's list methods give it (`pageSize`, at most 1000; `pageToken`, from the last
+    page's `nextPageToken`), and the token of the next page (None: the last)."""
+    size = limit_param(request.query_params.get("pageSize"), 50)
+    token = request.query_params.get("pageToken") or "0"
+    if not token.isdigit():
+        raise ApiError(400, "INVALID_ARGUMENT", "Invalid page token.")
+    start = int(token)
+    return names[start : start + size], (str(start + size) if start + size < len(names) else None)
+
+
+async def list_models(api: Api, request: Request) -> Response:
+    """`{"models": [Model], "nextPageToken"?}` (ai.google.dev/api/models#method:-models.list): each model named
+    `models/<id>`, 50 a page unless `pageSize` says."""
+    page, token = _page(request, listed("google", api.config.models))
+    methods = ["generateContent", "countTokens", "createCachedContent", "batchGenerateContent"]
+    out: dict[str, Any] = {
+        "models": [
+            {
+                "name": f"models/{name}",
+                "version": "001",
+                "displayName": name,
+                "description": f"The emulator's {name}",
+                "inputTokenLimit": 1048576,
+                "outputTokenLimit": 65536,
+                "supportedGenerationMethods": methods,
+                "temperature": 1,
+                "topP": 0.95,
+                "topK": 64,
+                "maxTemperature": 2,
+            }
+            for name in page
+        ]
+    }
+    if token is not None:
+        out["nextPageToken"] = token
+    return JSONResponse(out)
+
+
 def job(api: Api, name: str) -> dict[str, Any]:
     found = api.emu.store.google_batches.get(name)
     if found is None:
@@ -207,10 +248,8 @@ async def batches(api: Api, request: Request) -> Response:
 
 async def list_batches(api: Api, request: Request) -> Response:
     emu = api.emu
-    size = limit_param(request.query_params.get("pageSize"), 50)
     ids = sorted(emu.store.google_batches, key=lambda i: emu.store.google_batches[i]["created"], reverse=True)
-    start = int(request.query_params.get("pageToken") or 0)
-    page = ids[start : start + size]
+    page, token = _page(request, ids)
     now = emu.clock.now()
     out: dict[str, Any] = {
         "operations": [
@@ -218,6 +257,6 @@ async def list_batches(api: Api, request: Request) -> Response:
             for i in page
         ]
     }
-    if start + size < len(ids):
-        out["nextPageToken"] = str(start + size)
+    if token is not None:
+        out["nextPageToken"] = token
     return JSONResponse(out)

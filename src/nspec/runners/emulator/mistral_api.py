@@ -1,7 +1,8 @@
 """Mistral's routes (base URL `http://HOST:PORT/mistral`, as the mistralai SDK's `server_url`: the prefix keeps them
 apart from OpenAI's `/v1/files`): files (multipart upload, metadata, content, delete), batch jobs (`mistral_batches`:
-create, get, list, cancel) and chat completions. Keys as `Authorization: Bearer`; a refused key is 401
-`{"message": "Unauthorized"}`, other errors `{"object": "error", "message", "type", "param", "code"}`."""
+create, get, list, cancel), chat completions and the list of models (`GET /v1/models`: base model cards). Keys as
+`Authorization: Bearer`; a refused key is 401 `{"message": "Unauthorized"}`, other errors `{"object": "error",
+"message", "type", "param", "code"}`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.routing import Route
 
 from nspec.runners.emulator import body_batches, mistral_batches
 from nspec.runners.emulator.generation import count_tokens, mistral_completion
+from nspec.runners.emulator.models import listed
 from nspec.runners.emulator.routes import Api, ApiError, Dialect, Dropped, limit_param
 from nspec.runners.emulator.state import StoredFile
 
@@ -90,6 +92,7 @@ def routes(api: Api) -> list[Route]:
             ("POST", "/v1/batch/jobs/{job_id}/cancel", cancel_job, False),
             ("GET", "/v1/batch/jobs", list_jobs, False),
             ("POST", "/v1/chat/completions", chat, True),
+            ("GET", "/v1/models", list_models, False),
         )
     ]
 
@@ -217,3 +220,28 @@ async def chat(api: Api, request: Request) -> Response:
     completion = mistral_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
     emu.answered["mistral"] += 1
     return JSONResponse(completion, headers=headers)
+
+
+async def list_models(api: Api, request: Request) -> Response:
+    """`{"object": "list", "data": [card]}`: a base model card per model (docs.mistral.ai/api, "List Models"), each
+    name its own card."""
+    now = int(api.emu.clock.now())
+    capabilities = {"completion_chat": True, "function_calling": True, "completion_fim": False, "vision": False}
+    data: list[dict[str, Any]] = [
+        {
+            "id": name,
+            "object": "model",
+            "created": now,
+            "owned_by": "mistralai",
+            "capabilities": capabilities,
+            "name": name,
+            "description": None,
+            "max_context_length": 131072,
+            "aliases": [],
+            "deprecation": None,
+            "default_model_temperature": 0.3,
+            "type": "base",
+        }
+        for name in listed("mistral", api.config.models)
+    ]
+    return JSONResponse({"object": "list", "data": data})

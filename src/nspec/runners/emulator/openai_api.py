@@ -20,6 +20,7 @@ from nspec.runners.emulator import openai_batches
 from nspec.runners.emulator.caching import openai_cached
 from nspec.runners.emulator.flavours import AZURE, FLAVOURS, GROQ, OPENAI, Flavour
 from nspec.runners.emulator.generation import count_tokens, openai_completion, openai_response
+from nspec.runners.emulator.models import listed
 from nspec.runners.emulator.routes import Api, ApiError, Dialect, Dropped, limit_param, retry_headers
 from nspec.runners.emulator.state import StoredFile
 from nspec.runners.providers.openai_models import CHAT, RESPONSES, refusals
@@ -114,23 +115,47 @@ DIALECTS = (DIALECT, AZURE_DIALECT, replace(DIALECT, name=GROQ.name, prefix="/gr
 
 
 def routes(api: Api) -> list[Route]:
-    """Every flavour's routes under its prefix, in its dialect."""
+    """Every flavour's routes under its prefix, in its dialect; and Groq's list of models (OpenAI's and Azure's are
+    `app.models_route`'s and none)."""
     return [
-        api.route(flavour.name, method, flavour.prefix + path, partial(handler, api, flavour), live)
-        for flavour in FLAVOURS.values()
-        for method, path, handler, live in (
-            ("POST", "/files", upload, False),
-            ("GET", "/files/{file_id}", get_file, False),
-            ("GET", "/files/{file_id}/content", file_content, False),
-            ("DELETE", "/files/{file_id}", delete_file, False),
-            ("POST", "/batches", create_batch, False),
-            ("GET", "/batches/{batch_id}", get_batch, False),
-            ("POST", "/batches/{batch_id}/cancel", cancel_batch, False),
-            ("GET", "/batches", list_batches, False),
-            ("POST", flavour.chat_path, chat, True),
-            ("POST", "/responses", responses, True),
-        )
+        api.route(GROQ.name, "GET", GROQ.prefix + "/models", partial(groq_models, api)),
+        *(
+            api.route(flavour.name, method, flavour.prefix + path, partial(handler, api, flavour), live)
+            for flavour in FLAVOURS.values()
+            for method, path, handler, live in (
+                ("POST", "/files", upload, False),
+                ("GET", "/files/{file_id}", get_file, False),
+                ("GET", "/files/{file_id}/content", file_content, False),
+                ("DELETE", "/files/{file_id}", delete_file, False),
+                ("POST", "/batches", create_batch, False),
+                ("GET", "/batches/{batch_id}", get_batch, False),
+                ("POST", "/batches/{batch_id}/cancel", cancel_batch, False),
+                ("GET", "/batches", list_batches, False),
+                ("POST", flavour.chat_path, chat, True),
+                ("POST", "/responses", responses, True),
+            )
+        ),
     ]
+
+
+async def groq_models(api: Api, request: Request) -> Response:
+    """Groq's `GET /openai/v1/models`: OpenAI's list, each model with Groq's own fields (console.groq.com/docs/api-
+    reference#models-list)."""
+    now = int(api.emu.clock.now())
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": now,
+            "owned_by": "Groq",
+            "active": True,
+            "context_window": 131072,
+            "public_apps": None,
+            "max_completion_tokens": 32768,
+        }
+        for name in listed(GROQ.name, api.config.models)
+    ]
+    return JSONResponse({"object": "list", "data": data})
 
 
 async def upload(api: Api, flavour: Flavour, request: Request) -> Response:

@@ -1,8 +1,8 @@
 """Together's routes (base URL `http://HOST:PORT/together`, as the together SDK's `base_url`): files uploaded the
 SDK's way (`POST /v1/files` answers 302 with the storage URL and `X-Together-File-Id`; the bytes are PUT there; then
 `POST /v1/files/{id}/preprocess`), file metadata and content, batches (`together_batches`: create answers `{job,
-warning}`, get, list, cancel) and chat completions. Keys as `Authorization: Bearer`; errors as `{"error": {message,
-type, param, code}}`."""
+warning}`, get, list, cancel), chat completions and the list of models (`GET /v1/models`: a bare JSON array). Keys as
+`Authorization: Bearer`; errors as `{"error": {message, type, param, code}}`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from nspec.runners.emulator import body_batches, together_batches
 from nspec.runners.emulator.generation import count_tokens, together_completion
+from nspec.runners.emulator.models import listed
 from nspec.runners.emulator.routes import Api, ApiError, Dialect, Dropped, retry_headers
 from nspec.runners.emulator.state import StoredFile
 
@@ -83,6 +84,7 @@ def routes(api: Api) -> list[Route]:
             ("POST", f"{PREFIX}/v1/batches/{{job_id}}/cancel", cancel_batch, False),
             ("GET", f"{PREFIX}/v1/batches", list_batches, False),
             ("POST", f"{PREFIX}/v1/chat/completions", chat, True),
+            ("GET", f"{PREFIX}/v1/models", list_models, False),
         )
     ]
 
@@ -197,3 +199,26 @@ async def chat(api: Api, request: Request) -> Response:
     completion = together_completion(body, emu.responder, "live:" + secrets.token_hex(8), int(emu.clock.now()))
     emu.answered["together"] += 1
     return JSONResponse(completion, headers=headers)
+
+
+async def list_models(api: Api, request: Request) -> Response:
+    """A bare JSON array of ModelInfo (docs.together.ai/reference/models-1: `id`, `object`, `created`, `type`, and the
+    model's name, owner, context length and prices), not OpenAI's `{"data": [...]}`."""
+    now = int(api.emu.clock.now())
+    pricing = {"hourly": 0, "input": 0.2, "output": 0.2, "base": 0, "finetune": 0}
+    models = [
+        {
+            "id": name,
+            "object": "model",
+            "created": now,
+            "type": "chat",
+            "display_name": name.rsplit("/", 1)[-1],
+            "organization": name.split("/", 1)[0],
+            "link": f"https://huggingface.co/{name}",
+            "license": "other",
+            "context_length": 131072,
+            "pricing": pricing,
+        }
+        for name in listed("together", api.config.models)
+    ]
+    return JSONResponse(models)

@@ -268,10 +268,11 @@ class Anthropic(BaseProvider):
 
     def model_names(self, creds: Credentials) -> frozenset[str] | None:
         """Anthropic's `GET /v1/models`, every page."""
-        try:
+
+        def call() -> frozenset[str]:
             return frozenset(model.id for model in _client(creds, sdk_retries(), "Anthropic").models.list())
-        except Exception as exc:
-            raise _error(creds, "", exc) or exc from None
+
+        return guard("anthropic", "models", lambda exc: _error(creds, "", exc), call, objects=False)
 
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> AnthropicLive:
         return AnthropicLive(creds)

@@ -43,6 +43,11 @@ class Azure(OpenAI):
     official_base_url: str | None = None
     priced = False
     own_fields = ("api_version", "base_model")
+    # Not asked: an azure id names a deployment, which its owner named. The data plane's `GET /openai/models` lists the
+    # models a resource may deploy, not its deployments, and deployments are listed only by Azure's management API
+    # (an Entra ID token for the subscription, not the resource's key): no free list says whether a deployment exists.
+    # Its first request does (404 DeploymentNotFound).
+    lists_models = False
 
     def base_model(self, entry: Mapping[str, Any]) -> str:
         return str(entry.get("base_model") or model_name(entry))

@@ -265,6 +265,16 @@ class Google(BaseProvider):
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> GoogleLive:
         return GoogleLive(creds)
 
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """Gemini's `GET models` (in the API version the SDK speaks), every page (its pager follows `nextPageToken`),
+        its names (`models/gemini-2.5-pro`) without their prefix."""
+
+        def call() -> frozenset[str]:
+            client = _client(creds, sdk_retries() + 1)  # held while the pager reads: it closes with its client
+            return frozenset(str(model.name).removeprefix("models/") for model in client.models.list() if model.name)
+
+        return guard("google", "models", lambda exc: _error(creds, "", exc), call, objects=False)
+
 
 def _client(creds: Credentials, attempts: int) -> Any:
     genai = sdk("google.genai", "google", INSTALL_HINT)

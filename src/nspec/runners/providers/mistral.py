@@ -27,6 +27,7 @@ from nspec.errors import NspecError
 from nspec.runners.providers import (
     ChatBodyLines,
     connection_error,
+    guard,
     live_failure,
     live_outcome,
     sdk,
@@ -116,6 +117,16 @@ class Mistral(ChatBodyLines):
 
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> MistralLive:
         return MistralLive(creds)
+
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """Mistral's `GET /v1/models`: each model card's id and its aliases (`mistral-large-latest` is one)."""
+
+        def call() -> frozenset[str]:
+            cards = _client(creds, sdk_retries()).models.list().data or []
+            known = [card for card in cards if not getattr(card, "is_unknown", False)]  # a card of a type the SDK lacks
+            return frozenset(name for card in known for name in (card.id, *(card.aliases or [])))
+
+        return guard("mistral", "models", lambda exc: _error(creds, "", exc), call, objects=False)
 
 
 def _client(creds: Credentials, retries: int) -> Any:

@@ -53,6 +53,7 @@ from nspec.runners.providers import (
     chat_messages,
     chat_text,
     connection_error,
+    guard,
     live_failure,
     live_outcome,
     not_text,
@@ -187,6 +188,7 @@ def _responses_params(params: dict[str, Any]) -> dict[str, Any]:
 
 class OpenAI(BaseProvider):
     name = "openai"
+    lists_models = True  # whether `model_names` asks its `GET /models`
     request_format = OPENAI_CHAT
     key_variables = ("NSPEC_OPENAI_API_KEY", "OPENAI_API_KEY")
     package = "openai"
@@ -359,13 +361,14 @@ class OpenAI(BaseProvider):
         return OpenAIBatches(self.name, creds)
 
     def model_names(self, creds: Credentials) -> frozenset[str] | None:
-        """OpenAI's `GET /v1/models` (another server of OpenAI's API keeps its own list, or none: not asked)."""
-        if self.name != "openai":
+        """Its `GET /models` (OpenAI's, or a service's that `lists_models`)."""
+        if not self.lists_models:
             return None
-        try:
+
+        def call() -> frozenset[str]:
             return frozenset(model.id for model in _client(self.name, creds, sdk_retries(), False).models.list())
-        except Exception as exc:
-            raise _error(self.name, creds, "", exc) or exc from None
+
+        return guard(self.name, "models", lambda exc: _error(self.name, creds, "", exc), call, objects=False)
 
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> OpenAILive:
         return OpenAILive(self.name, creds)
@@ -384,6 +387,7 @@ class OpenAICompatible(OpenAI):
     structured output (not every server has it), and no key of its own (OpenAI's variables, as the SDK reads)."""
 
     name = "openai-compatible"
+    lists_models = False  # a server of the user's keeps its own list, or none: not asked
     # A server of the user's: its key is named with api_key_env, unless it is on this machine.
     official_hosts: tuple[str, ...] = ()
     official_base_url: str | None = None

@@ -27,6 +27,7 @@ from nspec.runners.providers import (
     Clients,
     answer_json,
     connection_error,
+    guard,
     live_failure,
     live_outcome,
     sdk,
@@ -113,6 +114,17 @@ class Together(ChatBodyLines):
 
     def live(self, creds: Credentials, limits: Mapping[str, Any]) -> TogetherLive:
         return TogetherLive(creds)
+
+    def model_names(self, creds: Credentials) -> frozenset[str] | None:
+        """Together's `GET /v1/models` (docs.together.ai/reference/models-1): a bare JSON array of models, not
+        `{"data": [...]}`. The SDK has no method for it (its `models.list` lists a project's own uploads), so it is
+        asked through the SDK's client, with its key, headers and errors."""
+
+        def call() -> frozenset[str]:
+            client = _client(creds, sdk_retries(), False)
+            return frozenset(str(model["id"]) for model in client.get("/v1/models", cast_to=list[dict[str, Any]]))
+
+        return guard("together", "models", lambda exc: _error(creds, "", exc), call, objects=False)
 
 
 def _client(creds: Credentials, retries: int, is_async: bool) -> Any:

@@ -31,7 +31,6 @@ from nspec.runners.report.view import View, axis_value, field_value, view_of
 from nspec.runners.run_store import LineIndex, Run, checked_result, shard_lines
 from nspec.scorers import Accumulator, Metric, metric_of
 
-CELL_POINTS = 5000  # per model: more answers than this are not kept as chart points (the heatmap counts all)
 EXCERPT_CHARACTERS = 500  # of context shown before and after a needle in the cell browser
 ANSWER_CHARACTERS = 4000  # of an answer (and of a judge's reply) kept for the browser; the CSV keeps all
 
@@ -111,7 +110,6 @@ class ReportData:
     heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # score-10 judges without a threshold: per model, the mean score per length and depth (needlehaystack's heatmap)
     score_heat: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     lengths: list[dict[str, Any]] = field(default_factory=list)
     locations: list[dict[str, Any]] = field(default_factory=list)
     negatives: list[dict[str, Any]] = field(default_factory=list)  # false-positive rate per model and length
@@ -281,24 +279,10 @@ class Aggregates:
         if self.verdicts:
             where = [views.text(axis_value(cell, a.key)) for a in self.data.view.axes]
             self.verdicts[-1][(cell["model"], pair_key(cell))] = (passed, cell["cell_id"], where)
-        if depth is None:
-            return  # no place in the heatmap, the locations or the chart points
-        if cell["repeat"] is not None:
+        if depth is not None and cell["repeat"] is not None:
             counts = self.by_location[(label, depth, cell["repeat"])]
             counts[0] += passed
             counts[1] += 1
-        points = self.data.points.setdefault(label, [])
-        if len(points) < CELL_POINTS:
-            answer = (item.result["text"] if item.result else None) or ""
-            points.append(
-                {
-                    "context_length": length,
-                    "depth": depth,
-                    "trial": cell["trial"],
-                    "verdict": score["verdict"],
-                    "answer": answer[:300],
-                }
-            )
 
     def add_scored(self, label: str, cell: CellRecord, score: float) -> None:
         """Fold a cell that judges scored without a verdict: into its model's score and its place of the heatmap."""

@@ -57,6 +57,9 @@ class CommonWords:
             self.example_counts, self.counts = (40, 10, 3), (freq_cw, freq_ucw)
         self.vocabulary = common_words_vocabulary()
         self.limit = len(self.vocabulary)
+        # RULER's words ask for its 10 common words; another `num_cw` is asked for as many, or no reply naming what
+        # the question asks for could pass (string_match_all wants every one).
+        self.template, self.answer_prefix = (text.replace(" 10 ", f" {num_cw} ") for text in (TEMPLATE, ANSWER_PREFIX))
 
     def _list(self, draws: Draws, num_words: int, common_repeats: int, uncommon_repeats: int) -> tuple[str, list[str]]:
         """RULER's ``get_example``: ``num_words`` distinct words, the first ``num_cw`` repeated ``common_repeats``
@@ -77,11 +80,15 @@ class CommonWords:
         examples = []
         for n in range(self.num_fewshot):
             context, answer = self._list(Draws("ruler-cwe", self.seed, self.sample, "example", n), *self.example_counts)
-            examples.append(TEMPLATE.format(context=context) + ANSWER_PREFIX + " " + numbered(answer))
+            examples.append(self.template.format(context=context) + self.answer_prefix + " " + numbered(answer))
         context, common = self._list(Draws("ruler-cwe", self.seed, self.sample, "words"), size, *self.counts)
         return Built(
-            text="\n".join(examples) + "\n" + TEMPLATE.format(context=context),
-            answer_prefix=ANSWER_PREFIX,
+            text="\n".join(examples) + "\n" + self.template.format(context=context),
+            answer_prefix=self.answer_prefix,
             expected=common,
             data={"words": size},
+            unscorable=None
+            if size > self.num_cw
+            else f"its list holds {size:,} words, every one of them a common word (num_cw {self.num_cw:,}): none "
+            "appears more often than another",
         )

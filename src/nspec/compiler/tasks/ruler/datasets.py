@@ -123,6 +123,10 @@ def _check_hotpotqa(data: Any) -> None:
             _need(paragraph[0], str, (*c_path, 0), "a paragraph's title")
             for n, sentence in enumerate(_need(paragraph[1], list, (*c_path, 1), "a paragraph's sentences")):
                 _need(sentence, str, (*c_path, 1, n), "a sentence")
+        if not any(sentence.strip() for _, sentences in paragraphs for sentence in sentences):
+            raise _Wrong(
+                (i, "context"), "a question whose paragraphs hold no sentence: no document would hold its answer"
+            )
 
 
 def read_rows(dataset: str, path: str) -> Any:
