@@ -228,18 +228,6 @@ class Session:
                 None if limit is None else (int(limit), "rate_limits.tokens_per_minute"),
             )
 
-        def requests() -> Iterator[LiveRequest]:  # read from the shards as they are sent (a local model's at once)
-            for label, ids in by_model.items():
-                model = models[label]
-                lines = (
-                    LiveRequest(cid, label, model.provider, json.loads(raw), ids[cid])
-                    for s in model.shards
-                    for cid, raw in shard_lines(self.run.path / s["file"])
-                    if cid in ids
-                )
-                # A local model's requests sharing a prompt prefix run one after another: the engine reuses it.
-                yield from in_prefix_order(lines) if model.mode == "local" else lines
-
         kind = {label: "local" if models[label].mode == "local" else "live" for label in by_model}
         cost = [0.0]
 
@@ -267,7 +255,8 @@ class Session:
             self.events(Event("rate-wait", self.stage, model, delay=seconds, detail=why))
 
         try:
-            report = asyncio.run(run_live(self.callers, requests(), on_result, over_budget, on_wait))
+            requests = self._live_requests(by_model, models)
+            report = asyncio.run(run_live(self.callers, requests, on_result, over_budget, on_wait))
         except interrupt.Interrupted:
             raise interrupt.Interrupted(
                 f"{progress.collected} of the {total} {label} requests sent now came back and are saved in "
@@ -288,6 +277,19 @@ class Session:
                 f"live calls stopped at the budget of ${cap:,.2f}: ${spent + cost[0]:,.4f} spent in this stage; "
                 "what came back is recorded, the rest was not sent (raise budget.max_usd or --max-usd to continue)"
             )
+
+    def _live_requests(self, by_model: dict[str, dict[str, int]], models: dict[str, RunModel]) -> Iterator[LiveRequest]:
+        """The requests to send, read from the shards as they are sent; a local model's at once, in prefix order
+        (its requests sharing a prompt prefix run one after another: the engine reuses it)."""
+        for label, ids in by_model.items():
+            model = models[label]
+            lines = (
+                LiveRequest(cid, label, model.provider, json.loads(raw), ids[cid])
+                for s in model.shards
+                for cid, raw in shard_lines(self.run.path / s["file"])
+                if cid in ids
+            )
+            yield from in_prefix_order(lines) if model.mode == "local" else lines
 
     def _request_sizes(self, by_model: dict[str, dict[str, int]]) -> None:
         """Input plus answer budget of each request, for pacing, set in ``by_model``: the answers' from cells.jsonl,
