@@ -160,7 +160,7 @@ def test_killed_during_submit_never_duplicates_a_batch(emulator, tmp_path, point
 
 def test_killed_during_download(emulator, tmp_path):
     emu = emulator()
-    run = compile_for(tmp_path, emu)
+    run = compile_for(tmp_path, emu, modes=("batch",))  # one provider: the kill comes in its first download
     submit(run)
     emu.clock.advance(600)
     killed = nspec_process("collect", str(run), failpoint="during-download")
@@ -172,7 +172,7 @@ def test_killed_during_download(emulator, tmp_path):
 
 def test_killed_in_the_middle_of_a_live_run(emulator, tmp_path):
     emu = emulator()
-    run = compile_for(tmp_path, emu, modes=("live", "live"))
+    run = compile_for(tmp_path, emu, modes=("live",))  # one provider: the kill comes at its first result
     killed = nspec_process("submit", str(run), failpoint="live-result")
     assert killed.returncode == -signal.SIGKILL
     assert len(results(run)) == 1  # the first result was kept
@@ -188,7 +188,7 @@ def ledger_totals(cli, run):
 
 def test_a_kill_between_writing_a_result_and_recording_it_keeps_its_tokens(emulator, tmp_path, cli):
     emu = emulator()
-    run = compile_for(tmp_path, emu, modes=("live", "live"))
+    run = compile_for(tmp_path, emu, modes=("live",))  # one provider: the kill comes at its first result
     killed = nspec_process("submit", str(run), failpoint="after-append")
     assert killed.returncode == -signal.SIGKILL and len(results(run)) == 1  # written, not recorded
     assert cli("submit", str(run)).code == 0
