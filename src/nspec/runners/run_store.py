@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import copy
 import fcntl
+import functools
 import json
 import os
 import re
@@ -58,10 +60,10 @@ class Run:
         self.path = Path(path)
         self.paths = run_paths(self.path)
         self.manifest: Manifest = _record(self.paths.manifest, json.loads, ("run_id", "models"))
-        self.spec: dict[str, Any] = _record(self.paths.spec, YAML(typ="safe", pure=True).load, ("models",))
+        self.spec: dict[str, Any] = _record(self.paths.spec, _yaml, ("models",))
         override = self.paths.scoring_override
         if override.is_file():  # `nspec rescore` changed how this run is graded
-            self.spec["scoring"] = YAML(typ="safe", pure=True).load(override.read_text("utf-8"))
+            self.spec["scoring"] = _yaml(override.read_text("utf-8"))
         self.run_id: str = self.manifest["run_id"]
 
     def models(self, stage: str = "answers") -> list[RunModel]:
@@ -141,6 +143,16 @@ def run_paths(root: Path) -> RunPaths:
         why = "no manifest.json" if root.is_dir() else "no such folder"
         raise UserError(f"{root} is not a run directory ({why}); compile a spec first: nspec compile SPEC prints one")
     return paths
+
+
+def _yaml(text: str) -> Any:
+    """A run's YAML record, parsed: a copy of the parse of the same text (one command opens its run many times)."""
+    return copy.deepcopy(_parsed_yaml(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_yaml(text: str) -> Any:
+    return YAML(typ="safe", pure=True).load(text)
 
 
 def _record(path: Path, parse: Callable[[str], Any], keys: tuple[str, ...]) -> Any:

@@ -23,6 +23,8 @@ class Emulation:
         self.rng = random.Random(config.seed)
         self.statuses: Counter[int] = Counter()  # responses served, by HTTP status (for tests and benchmarks)
         self.answered: Counter[str] = Counter()  # live answers given, per provider (a call made twice counts twice)
+        # Requests being handled now: a client that went away leaves its request to finish (a test waits for 0).
+        self.handling = 0
         # The latest requests' method, path, query and headers (for tests of what a client sends).
         self.seen: deque[tuple[str, str, dict[str, str], dict[str, str]]] = deque(maxlen=200)
 

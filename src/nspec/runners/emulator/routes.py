@@ -95,6 +95,7 @@ class Api:
 
         async def endpoint(request: Request) -> Response:
             emu.seen.append((request.method, request.url.path, dict(request.query_params), dict(request.headers)))
+            emu.handling += 1
             try:
                 dialect.authenticate(request, config.api_key)
                 if live:
@@ -107,6 +108,8 @@ class Api:
                     return Dropped(bytes(response.body), "application/json")
             except ApiError as error:
                 response = error_response(dialect, error)
+            finally:
+                emu.handling -= 1
             emu.statuses[response.status_code] += 1
             return response
 

@@ -95,13 +95,13 @@ def build_report(runs: list[Run], folder: Path | None = None) -> Path:
     finally:
         export.close()
     wanted = tuple(runs[0].spec.get("report", {}).get("charts", CHARTS))
-    drawn = charts(data, wanted)
+    drawn = [(name, model, chart.to_dict()) for name, model, chart in charts(data, wanted)]  # validated once
     keep = {f"{name}.png" for name, _, _ in drawn}
     for stale in chart_files(folder):
         if stale.name not in keep:
             stale.unlink()  # a chart an earlier report drew and this one does not (a judge gone, say)
-    for name, _, chart in drawn:
-        (folder / f"{name}.png").write_bytes(vlc.vegalite_to_png(chart.to_dict(), scale=2))
+    for name, _, spec in drawn:
+        (folder / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=2))
     write_summary(data, folder / "summary.csv")
     threshold = float(runs[0].spec.get("report", {}).get("effective_length_threshold", 0.856))
     _write_headline(data, threshold, folder)

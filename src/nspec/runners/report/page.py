@@ -14,7 +14,7 @@ import os
 from datetime import UTC, datetime
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nspec.run_layout import cache_dir
 from nspec.runners.report import headline, notation
@@ -23,6 +23,9 @@ from nspec.runners.report.data import LEFT_BY_SCORERS, Comparison, ReportData, T
 from nspec.runners.report.stats import effective_length, model_summary
 from nspec.runners.run_store import Run
 from nspec.version import __version__
+
+if TYPE_CHECKING:
+    from jinja2 import Template
 
 EMBED_BYTES = 8 << 20  # browser data up to this size is inlined (file:// works); beyond, it stays in report/cells/
 SHOWN = 100  # cells listed at once in the browser
@@ -335,16 +338,24 @@ def _notes(runs: list[Run]) -> list[str]:
     ]
 
 
+@functools.cache
+def _page_template() -> Template:
+    """The page's template, compiled once a process (compiling it takes longer than rendering it)."""
+    from jinja2 import Environment, select_autoescape
+
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    return env.from_string(_asset("page.html.j2"))
+
+
 def render_page(
     runs: list[Run],
     data: ReportData,
-    drawn: list[tuple[str, str, Any]],
+    drawn: list[tuple[str, str, dict[str, Any]]],
     browser: list[dict[str, Any]],
     folder: Path,
 ) -> str:
-    """The page's HTML. ``drawn`` are the charts (name, model, chart); ``browser`` the cell data per model, each
-    with the file it is in; inlined when all of it is small enough."""
-    from jinja2 import Environment, select_autoescape
+    """The page's HTML. ``drawn`` are the charts (name, model, Vega-Lite spec); ``browser`` the cell data per model,
+    each with the file it is in; inlined when all of it is small enough."""
     from markupsafe import Markup
 
     options = runs[0].spec.get("report", {})
@@ -358,7 +369,7 @@ def render_page(
     kinds = {name: name.split("-", 1)[0] for name, _, _ in drawn}
     axes = [{"key": a.key, "label": a.label} for a in data.view.axes]
     payload = {
-        "charts": [{"name": n, "kind": kinds[n], "model": model, "spec": c.to_dict()} for n, model, c in drawn],
+        "charts": [{"name": n, "kind": kinds[n], "model": model, "spec": spec} for n, model, spec in drawn],
         "models": models,
         "axes": axes,  # what the browser's cells are told apart by, beside model and length
         "shown": SHOWN,
@@ -366,8 +377,7 @@ def render_page(
     variants = sorted({p["name"] for r in runs for p in r.spec.get("prompts", [])})
     lengths = sorted({r["context_length"] for r in (*data.lengths, *data.negatives)})
     label = data.metric.label
-    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    template = env.from_string(_asset("page.html.j2"))
+    template = _page_template()
     names = run_labels(runs) if len(runs) > 1 else [None]
     return template.render(
         title=title,
