@@ -59,6 +59,7 @@ INSTALL_HINT = "pip install 'needlespec[local]'"
 ANSWER_CUE = "Answer:"  # ends a prompt that has no prefill
 DEFAULT_MAX_TOKENS = 4096  # as the emulator: a request without a limit
 UBATCH = 512  # the tokens llama.cpp evaluates at once (its n_ubatch, its default)
+MIN_CONTEXT = 4096  # the context an engine is first loaded with; a longer prompt loads it again with more
 # Request fields the engine honours; `model` and `messages` are read, the rest are sampling settings.
 _SAMPLING = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty")
 _IGNORED = ("model", "messages", "max_tokens", "max_completion_tokens", "n", "user", "store", "metadata")
@@ -202,12 +203,25 @@ class Engine:
     slot) a prompt reads from the KV cache the whole micro-batches it shares with the previous prompt; without, every
     prompt is read whole. The answers are the same either way (see the module's doc)."""
 
-    def __init__(self, path: Path, slots: int = 1, reuse: bool = True, ubatch: int = UBATCH) -> None:
-        xllamacpp = _xllamacpp()
-        params = xllamacpp.CommonParams()
-        params.model.path = str(path)
-        params.n_ctx = 0  # the model's trained context
-        params.n_parallel = slots
+    def __init__(
+        self, path: Path, slots: int = 1, reuse: bool = True, ubatch: int = UBATCH, context: int = MIN_CONTEXT
+    ) -> None:
+        self._xllamacpp = _xllamacpp()
+        # Several slots batch their requests together: an answer then depends on its neighbours, reused or not.
+        self.path, self.slots, self.ubatch, self.reuse = path, slots, ubatch, reuse and slots == 1
+        self.trained = trained_context(path)
+        self.reused_tokens = 0  # prompt tokens read from the cache, not evaluated, in all
+        self._key = secrets.token_hex(16)  # the runtime also listens on a loopback port: only this process knows it
+        self._order = threading.Lock()  # a prompt's cut of the cache and its reading, together
+        self._loading = threading.Lock()
+        self._load(min(context, self.trained))
+
+    def _load(self, context: int) -> None:
+        """Load the model with a context of ``context`` tokens (its keys and values take memory in proportion)."""
+        params = self._xllamacpp.CommonParams()
+        params.model.path = str(self.path)
+        params.n_ctx = context
+        params.n_parallel = self.slots
         params.kv_unified = True  # the slots share that context
         # Reuse keeps a prompt's cache as a fresh read leaves it: the sliding-window layers' cache whole (each position
         # in its own cell, as in the other layers), no checkpoints of it, no copies of past prompts in host memory.
@@ -216,22 +230,24 @@ class Engine:
         params.cache_ram_mib = 0
         # A logical batch of one micro-batch: the unit a reused prefix is cut to, and the prompt's progress is
         # reported after each, seconds apart.
-        params.n_batch = params.n_ubatch = ubatch
+        params.n_batch = params.n_ubatch = self.ubatch
         # The cores this process may run on (a container's or a pinned process's share), not the machine's.
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.verbosity = -1
-        # The runtime also listens on a loopback port; only this process knows the key.
-        self._key = secrets.token_hex(16)
         params.api_keys = [self._key]
-        # Several slots batch their requests together: an answer then depends on its neighbours, reused or not.
-        self.path, self.slots, self.ubatch, self.reuse = path, slots, ubatch, reuse and slots == 1
-        self.reused_tokens = 0  # prompt tokens read from the cache, not evaluated, in all
+        self.context = context
         self._cached: list[int] = []  # the prompt whose keys and values the slot holds
-        self._order = threading.Lock()  # a prompt's cut of the cache and its reading, together
-        self._server = xllamacpp.Server(params)
+        self._server = self._xllamacpp.Server(params)
         self._address = self._server.listening_address
+
+    def _room_for(self, tokens: int) -> None:
+        """A context of at least ``tokens`` (up to the trained one): the model loaded again with the next power of two
+        when it has less. Answers do not depend on the context's size, only on the positions read."""
+        with self._loading:
+            if tokens > self.context and self.context < self.trained:
+                self._load(min(self.trained, 1 << (tokens - 1).bit_length()))
 
     def complete(
         self, body: dict[str, Any], key: str, progress: Callable[[int, int], None] | None = None
@@ -239,13 +255,14 @@ class Engine:
         """A chat.completion object for an OpenAI chat request body; ``key`` (the custom_id) seeds sampling.
         ``progress(processed, total)`` hears how far the prompt is read, after each batch of its tokens."""
         prompt, settings = completion_prompt(body.get("messages") or []), _sampling(body, key)
+        tokens = self._tokenized(prompt, bos=True, with_pieces=False)
+        self._room_for(len(tokens) + settings["n_predict"])
         if self.reuse:
             with self._order:
-                tokens = self._tokenized(prompt, bos=True, with_pieces=False)
                 answer = self._read_reusing(tokens, settings, progress)
         else:
             self._cached = []  # the prompt read whole is not kept track of
-            answer = self._streamed({"prompt": prompt, **settings, "cache_prompt": False}, progress)
+            answer = self._streamed({"prompt": tokens, **settings, "cache_prompt": False}, progress)
         usage = answer.usage
         self.reused_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         logprobs = None
@@ -379,6 +396,7 @@ def engine(name: str, slots: int = 1) -> Engine:
 # GGUF's value types (github.com/ggml-org/ggml, docs/gguf.md) and the bytes of each fixed-size one.
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 _GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_UNSIGNED = (4, 10)  # uint32, uint64
 _GGUF_TOKENS = b"tokenizer.ggml.tokens"
 MAX_GGUF_KEYS = 1 << 16  # a model's header holds a few dozen
 
@@ -417,6 +435,23 @@ class _Header:
             self.skip(size)
             yield size
 
+    def find(self, wanted: Callable[[bytes, int], bool]) -> int | None:
+        """Read the header from the start up to the first key that ``wanted(key, value type)`` accepts, and give
+        its value type, the file at its value; None when no key is accepted."""
+        if self.fh.read(4) != b"GGUF":
+            raise self.bad("it does not start with GGUF")
+        self.skip(4 + 8)  # the version, the count of tensors
+        keys = self.number(8)
+        if keys > MAX_GGUF_KEYS:
+            raise self.bad(f"{keys:,} keys in its header")
+        for _ in range(keys):
+            key = self.read(self.number(8))
+            kind = self.number(4)
+            if wanted(key, kind):
+                return kind
+            self.value(kind)
+        return None
+
     def value(self, kind: int) -> None:
         """Skip a value of type ``kind``."""
         if kind == _GGUF_STRING:
@@ -443,22 +478,22 @@ def longest_token(path: Path) -> int:
     longer than its byte, SentencePiece's ``▁`` than its space)."""
     with open(path, "rb") as fh:
         header = _Header(fh, path)
-        if fh.read(4) != b"GGUF":
-            raise header.bad("it does not start with GGUF")
-        header.skip(4 + 8)  # the version, the count of tensors
-        keys = header.number(8)
-        if keys > MAX_GGUF_KEYS:
-            raise header.bad(f"{keys:,} keys in its header")
-        for _ in range(keys):
-            key = header.read(header.number(8))
-            kind = header.number(4)
-            if key == _GGUF_TOKENS and kind == _GGUF_ARRAY:
-                inner, count = header.number(4), header.number(8)
-                if inner == _GGUF_STRING:
-                    return max(header.strings(count), default=1)
-                break
-            header.value(kind)
+        if header.find(lambda key, kind: key == _GGUF_TOKENS and kind == _GGUF_ARRAY) is not None:
+            inner, count = header.number(4), header.number(8)
+            if inner == _GGUF_STRING:
+                return max(header.strings(count), default=1)
     raise header.bad("its header holds no vocabulary (tokenizer.ggml.tokens)")
+
+
+@functools.cache
+def trained_context(path: Path) -> int:
+    """The context a GGUF model was trained for (`<architecture>.context_length`), read from the file's header."""
+    with open(path, "rb") as fh:
+        header = _Header(fh, path)
+        kind = header.find(lambda key, kind: key.endswith(b".context_length") and kind in _GGUF_UNSIGNED)
+        if kind is not None:
+            return header.number(_GGUF_SIZES[kind])
+    raise header.bad("its header gives no context length (<architecture>.context_length)")
 
 
 @dataclass
