@@ -1,18 +1,22 @@
-"""Local engine benchmark: the quickstart's requests on the embedded model, with and without prefix reuse, and on a
-bare llama.cpp server (llama.cpp's own figure for the same model file and threads).
+"""Local engine benchmark: a spec's requests (the quickstart by default) on the embedded model, with and without
+prefix reuse, and on llama.cpp's server set as the engine was before reuse (llama.cpp's own figure).
 
-Each setting runs in a fresh process, the settings interleaved and repeated (other work on the machine moves the
-figures; the ratios of neighbouring runs move less):
+The spec is compiled once, here; each setting then answers its requests in a fresh process of its own, one engine
+loaded there, the settings interleaved and repeated (other work on the machine moves the figures; the ratios of
+neighbouring runs move less):
 - `reuse`: the engine as a run uses it (`Engine.complete`), the requests in prefix order (`local.in_prefix_order`),
   each reading from the KV cache the whole micro-batches it shares with the one before;
 - `whole`: the same engine and order, every prompt read whole (`Engine(reuse=False)`);
-- `bare`: llama.cpp's own figure: an `xllamacpp` server with its defaults but for the model, its trained context and
-  the engine's threads, the same prompts read whole, one after another (what the engine did before prefix reuse).
+- `before`: an `xllamacpp` server with the settings of the engine before prefix reuse (llama.cpp's defaults but for
+  one slot, 512-token batches and the engine's threads: the sliding-window cache a window's, checkpoints on), the
+  same prompts read whole, llama.cpp timing them.
 Reported per run: the wall time of the requests, prompt tokens, tokens evaluated (not read from the cache), prompt
-tokens evaluated per second of wall time (ours, generation included) and, for `bare`, per second of llama.cpp's own
-prompt timing; then which answers (greedy, with their log-probabilities) differ between the settings.
+tokens evaluated per second of wall time (generation included) and, for `before`, per second of llama.cpp's own
+prompt timing; the process's peak RSS (the engine and Python); then which answers (greedy, with the
+log-probabilities of their tokens) differ between the settings.
 
-Run: .venv/bin/python bench/local.py [--repeat 2] [--settings reuse whole bare]   (needs the `local` extra)
+Run: .venv/bin/python bench/local.py [--repeat 2] [--settings reuse whole before] [--spec specs/ruler/local.yaml]
+(needs the `local` extra)
 """
 
 from __future__ import annotations
@@ -20,49 +24,55 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def quickstart_lines() -> tuple[list[dict], dict[str, dict]]:
-    """The quickstart's compiled request lines, in prefix order, and its cells by id."""
+def compiled(spec: str, into: Path) -> dict[str, Any]:
+    """The spec's request lines, in prefix order, and its cells' prompt tokens and answers, written to ``into``."""
     from nspec.compiler.run_writer import compile_run
     from nspec.runners.providers.local import in_prefix_order
     from nspec.spec import load_spec
 
-    class Line:
-        def __init__(self, line: dict) -> None:
-            self.line = line
-
-    loaded = load_spec(str(ROOT / "specs" / "quickstart.yaml"))
+    loaded = load_spec(spec)
     with tempfile.TemporaryDirectory() as out:
         run = compile_run(loaded.data, loaded.base_dir, out, {}).path
-        cells = {c["cell_id"]: c for c in map(json.loads, (run / "cells.jsonl").read_text().splitlines())}
-        (shard,) = (run / "answers" / "requests").iterdir()
-        lines = [json.loads(line) for line in shard.read_text().splitlines()]
-    return [sent.line for sent in in_prefix_order(map(Line, lines))], cells
+        cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
+        lines = [json.loads(line) for shard in (run / "answers" / "requests").iterdir() for line in shard.open()]
+    work = {
+        "lines": [sent.line for sent in in_prefix_order(SimpleNamespace(line=line) for line in lines)],
+        "prompt": sum(c["context_length"]["prompt"] for c in cells),
+        "expected": {c["cell_id"]: (c["expected"] or [None])[0] for c in cells if not c["negative"]},
+    }
+    into.write_text(json.dumps(work))
+    return work
 
 
-def bare_answers(path: Path, lines: list[dict]) -> tuple[dict[str, Any], int, float]:
-    """llama.cpp's answers, read whole on a server with its defaults: answers, tokens evaluated, prompt seconds."""
+def before_answers(lines: list[dict]) -> tuple[dict[str, Any], float]:
+    """The answers of llama.cpp's server set as the engine before prefix reuse, and its prompt seconds."""
     import xllamacpp
 
     from nspec.runners.providers import local
 
     params = xllamacpp.CommonParams()
-    params.model.path = str(path)
+    params.model.path = str(local.model_file(local.EMBEDDED_MODEL))
     params.n_ctx = 0
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+    params.n_parallel = 1
+    params.kv_unified = True
+    params.n_batch = 512
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = THREADS
     params.verbosity = -1
     server = xllamacpp.Server(params)
-    answers, evaluated, seconds = {}, 0, 0.0
+    answers, seconds = {}, 0.0
     for line in lines:
         body = line["body"]
         request = {
@@ -74,39 +84,42 @@ def bare_answers(path: Path, lines: list[dict]) -> tuple[dict[str, Any], int, fl
         }
         got: list[dict] = []
         server.handle_completions(request, got.append)  # returns None: not stopped
-        answer, timings = got[-1]["choices"][0], got[-1]["timings"]
-        evaluated += timings["prompt_n"]
-        seconds += timings["prompt_ms"] / 1000
-        logprobs = [t["logprob"] for t in answer["logprobs"]["content"]]
-        answers[line["custom_id"]] = {"text": answer["text"], "logprobs": logprobs}
-    return answers, evaluated, seconds
+        answer = got[-1]["choices"][0]
+        seconds += got[-1]["timings"]["prompt_ms"] / 1000
+        answers[line["custom_id"]] = {
+            "text": answer["text"],
+            "logprobs": [t["logprob"] for t in answer["logprobs"]["content"]],
+        }
+    return answers, seconds
 
 
-def measure(setting: str) -> dict:
-    """In this process: answer the quickstart's requests with ``setting``; the figures, printed and returned."""
+def measure(setting: str, work: dict[str, Any]) -> dict:
+    """In this process: answer the requests with ``setting``; the figures, printed and returned."""
     from nspec.runners.providers import local
 
-    lines, cells = quickstart_lines()  # the compile loads the engine (its tokenizer): the runs share that load
-    model = local.engine(local.EMBEDDED_MODEL)
-    model.reuse = setting == "reuse"
-    prompt = sum(c["context_length"]["prompt"] for c in cells.values())
+    lines, prompt = work["lines"], work["prompt"]
     started = time.perf_counter()
-    if setting == "bare":
-        answers, evaluated, prompt_seconds = bare_answers(model.path, lines)
+    if setting == "before":
+        answers, prompt_seconds = before_answers(lines)
+        evaluated = prompt
     else:
+        model = local.Engine(local.model_file(local.EMBEDDED_MODEL), reuse=setting == "reuse")
+        started = time.perf_counter()  # the load not counted, as for `before`'s prompt timing
         answers = {}
         for line in lines:
-            choice = model.complete({**line["body"], "logprobs": True}, line["custom_id"])["choices"][0]
+            body = {**line["body"], "logprobs": True}
+            choice = model.complete(body, line["custom_id"])["choices"][0]
             logprobs = [t["logprob"] for t in choice["logprobs"]["content"]]
             answers[line["custom_id"]] = {"text": choice["message"]["content"], "logprobs": logprobs}
         evaluated, prompt_seconds = prompt - model.reused_tokens, None
     wall = time.perf_counter() - started
-    found = sum(bool(c["expected"]) and c["expected"][0] in answers[cid]["text"] for cid, c in cells.items())
+    found = sum(answer in answers[cid]["text"] for cid, answer in work["expected"].items())
     own = f", {evaluated / prompt_seconds:4.0f} by llama.cpp's prompt timing" if prompt_seconds else ""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"{setting:>5}: {len(lines)} requests in {wall:5.1f} s; {prompt} prompt tokens, {evaluated} evaluated, "
-        f"{evaluated / wall:4.0f} evaluated tok/s of wall{own}; "
-        f"needles found {found}/{sum(not c['negative'] for c in cells.values())}; load {os.getloadavg()[0]:.1f}",
+        f"{setting:>6}: {len(lines)} requests in {wall:5.1f} s; {prompt} prompt tokens, {evaluated} evaluated "
+        f"({1 - evaluated / prompt:.0%} from the cache), {evaluated / wall:4.0f} evaluated tok/s of wall{own}; "
+        f"peak RSS {rss:,.0f} MB; needles found {found}/{len(work['expected'])}; load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     return {"setting": setting, "wall": wall, "evaluated": evaluated, "answers": answers}
@@ -120,24 +133,30 @@ def differences(first: dict, second: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--settings", nargs="+", choices=("reuse", "whole", "bare"), default=["reuse", "whole", "bare"])
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process measuring one setting
+    parser.add_argument("--spec", default=str(ROOT / "specs" / "quickstart.yaml"))
+    choices = ("reuse", "whole", "before")
+    parser.add_argument("--settings", nargs="+", choices=choices, default=list(choices))
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # a child process: a setting and the work's file
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(measure(args.one)))
+        setting, path = args.one
+        print(json.dumps(measure(setting, json.loads(Path(path).read_text()))))
         return
-    print(f"cores: {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
+    print(f"cores: {THREADS}; {args.spec}")
     runs: dict[str, list[dict]] = {s: [] for s in args.settings}
-    for _ in range(args.repeat):
-        for setting in args.settings:
-            child = subprocess.run(
-                [sys.executable, __file__, "--one", setting], check=True, capture_output=True, text=True
-            )
-            *said, last = child.stdout.splitlines()
-            print(*said, sep="\n", flush=True)
-            runs[setting].append(json.loads(last))
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder) / "work.json"
+        compiled(args.spec, work)
+        for _ in range(args.repeat):
+            for setting in args.settings:
+                child = subprocess.run(
+                    [sys.executable, __file__, "--one", setting, str(work)], check=True, capture_output=True, text=True
+                )
+                *said, last = child.stdout.splitlines()
+                print(*said, sep="\n", flush=True)
+                runs[setting].append(json.loads(last))
     first = {setting: done[0] for setting, done in runs.items()}
-    for a, b in [("reuse", "whole"), ("reuse", "bare"), ("whole", "bare")]:
+    for a, b in [("reuse", "whole"), ("reuse", "before"), ("whole", "before")]:
         if a in first and b in first:
             differ = differences(first[a], first[b])
             print(f"answers {a} against {b}: {len(differ)} of {len(first[a]['answers'])} differ")
