@@ -109,8 +109,9 @@ def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkey
     """Prompts sharing prefixes that end inside micro-batches, in prefix order, on an engine evaluating 64 tokens at
     a time (prompts of ~230 tokens cross three boundaries): with reuse each reads from the cache the whole
     micro-batches it shares with the one before and evaluates the rest in a fresh read's micro-batches. The answers
-    and every log-probability are those of the prompts read whole, and those of a run resumed from another cache."""
-    model = local.Engine(model_file("gemma-3-270m"), ubatch=64)
+    and every log-probability are those of the prompts read whole, those of a run resumed from another cache, and
+    those of an engine loaded again with a larger context."""
+    model = local.Engine(model_file("gemma-3-270m"), ubatch=64, context=256)
     requests = [
         SimpleNamespace(line={"custom_id": f"c{at}", "body": chat(needle_prompt(at, n), max_tokens=3, logprobs=True)})
         for at, n in [(9, "7301944"), (4, "2184096"), (10, "5560217"), (7, "6618023")]
@@ -133,6 +134,11 @@ def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkey
     monkeypatch.setattr(model, "reuse", True)
     model.complete(chat(needle_prompt(11, "1234567")), "other")  # a resumed run: the cache holds another prompt
     assert answers(ordered[1:]) == reused[1:]
+    longer = {**ordered[0]["body"], "max_tokens": 300, "stop": ["."]}  # the prompt and 300 tokens: past 256
+    read = model.reused_tokens
+    grown = model.complete(longer, ordered[0]["custom_id"])["choices"][0]
+    assert model.context == 1024 and model.reused_tokens == read  # loaded again: its cache new, the prompt read whole
+    assert grown["logprobs"]["content"][:3] == reused[0][0]["logprobs"]["content"]
 
 
 def test_output_lines_are_openai_batch_output():
