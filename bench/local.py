@@ -99,12 +99,14 @@ def measure(setting: str, work: dict[str, Any]) -> dict:
 
     lines, prompt = work["lines"], work["prompt"]
     started = time.perf_counter()
+    cpu_before = 0.0  # `before` counts its model's load: llama.cpp loads it with the server
     if setting == "before":
         answers, prompt_seconds = before_answers(lines)
         evaluated = prompt
     else:
         model = local.Engine(local.model_file(local.EMBEDDED_MODEL), reuse=setting == "reuse")
         started = time.perf_counter()  # the load not counted, as for `before`'s prompt timing
+        cpu_before = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         answers = {}
         for line in lines:
             body = {**line["body"], "logprobs": True}
@@ -115,9 +117,11 @@ def measure(setting: str, work: dict[str, Any]) -> dict:
     wall = time.perf_counter() - started
     found = sum(answer in answers[cid]["text"] for cid, answer in work["expected"].items())
     own = f", {evaluated / prompt_seconds:4.0f} by llama.cpp's prompt timing" if prompt_seconds else ""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    rss, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime - cpu_before
     print(
-        f"{setting:>6}: {len(lines)} requests in {wall:5.1f} s; {prompt} prompt tokens, {evaluated} evaluated "
+        f"{setting:>6}: {len(lines)} requests in {wall:5.1f} s ({cpu:5.1f} CPU s: other work on the machine moves it "
+        f"less); {prompt} prompt tokens, {evaluated} evaluated "
         f"({1 - evaluated / prompt:.0%} from the cache), {evaluated / wall:4.0f} evaluated tok/s of wall{own}; "
         f"peak RSS {rss:,.0f} MB; needles found {found}/{len(work['expected'])}; load {os.getloadavg()[0]:.1f}",
         flush=True,
