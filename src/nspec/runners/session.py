@@ -23,7 +23,6 @@ from nspec.runners.grading.judging import compile_judges
 from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, check_admissible, request_tokens, run_live
-from nspec.runners.providers.local import in_prefix_order
 from nspec.runners.run_store import (
     ResultsFile,
     Run,
@@ -281,6 +280,9 @@ class Session:
     def _live_requests(self, by_model: dict[str, dict[str, int]], models: dict[str, RunModel]) -> Iterator[LiveRequest]:
         """The requests to send, read from the shards as they are sent; a local model's at once, in prefix order
         (its requests sharing a prompt prefix run one after another: the engine reuses it)."""
+        # Imported here, not with the runner: provider modules load through the plugin registry, when a run needs them.
+        from nspec.runners.providers.local import in_prefix_order
+
         for label, ids in by_model.items():
             model = models[label]
             lines = (
