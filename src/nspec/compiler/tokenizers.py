@@ -203,10 +203,10 @@ class _Counts(dict[str, int]):
             uncounted = list(compress(texts, map(operator.is_, new.values(), repeat(None))))
             new.update(zip(uncounted, self._count_many(uncounted), strict=True))
         counts: dict[str, int] = new  # type: ignore[assignment]  # every text counted now
-        self._keep(counts)
+        self._store(counts)
         return counts
 
-    def _keep(self, counts: dict[str, int]) -> None:
+    def _store(self, counts: dict[str, int]) -> None:
         self.update(counts)
         self._characters += sum(map(len, counts))
         if self._characters > self._kept:
@@ -277,12 +277,11 @@ class TiktokenTokenizer:
         if tokens is None:
             # Part by part: a long prompt repeats the lines and sentences of other prompts (the same essay, noise or
             # documents at other sizes and in other samples, the same sample for another model), each counted once.
-            parts = _parts(text)
-            if max(map(len, parts)) <= _PART_CHARACTERS:
-                tokens = self._counted.total(parts)
-            else:
-                tokens = self._counted.total([part for part in parts if len(part) <= _PART_CHARACTERS])
-                tokens += sum(map(self._long_part_count, [part for part in parts if len(part) > _PART_CHARACTERS]))
+            parts, tokens = _parts(text), 0
+            if max(map(len, parts)) > _PART_CHARACTERS:  # lines too long to keep, counted by their words
+                tokens = sum(map(self._long_part_count, [part for part in parts if len(part) > _PART_CHARACTERS]))
+                parts = [part for part in parts if len(part) <= _PART_CHARACTERS]
+            tokens += self._counted.total(parts)
             _keep(self._recent, text, tokens, _RECENT_ENTRIES)
         return tokens
 
