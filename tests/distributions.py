@@ -4,6 +4,7 @@ as it finds any installed distribution."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,9 +22,11 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def pip_install(example: str, target: Path) -> Path:
     """``examples/<example>`` installed by pip into ``target``: its own distribution, built by the test
-    environment's setuptools (nothing is downloaded)."""
+    environment's setuptools (nothing is downloaded) from a copy beside ``target``: setuptools writes its build
+    folders into the source, where the test processes installing the same example at once would meet."""
+    source = shutil.copytree(EXAMPLES / example, target.parent / f"{target.name}-{example}")
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
-    subprocess.run([*command, str(target), str(EXAMPLES / example)], check=True, capture_output=True, timeout=300)
+    subprocess.run([*command, str(target), str(source)], check=True, capture_output=True, timeout=300)
     return target
 
 

@@ -294,3 +294,30 @@ def test_validate_then_compile_tokenise_the_haystack_once_and_the_runner_keeps_n
 
     runner_compile(small, tmp_path / "second")
     assert haystack._kept_starts == {}
+
+
+def test_compile_builds_each_generated_cell_once_and_refuses_as_validate_does(spec_file, tmp_path, monkeypatch):
+    """validate builds the first trial's generated contexts; a compile leaves that pass to its own cells, which it
+    makes anyway (a RULER sample at 128K is built and counted once, not twice), and refuses what validate refuses."""
+    from nspec.compiler.fit.sized import SizedFitter
+    from nspec.runners.compiling import compile_spec as runner_compile
+
+    fitted: list[int] = []
+    original = SizedFitter.fit
+    monkeypatch.setattr(
+        SizedFitter, "fit", lambda self, slot, *rest: fitted.append(slot.trial) or original(self, slot, *rest)
+    )
+    spec = "nspec: 1\nname: walks\ntask: graphwalks\ngrid: {context_lengths: [2000, 3000], trials: 3}\n"
+    spec += "models: [{id: openai/gpt-4.1-mini}]\n"
+    load_spec(spec_file(spec, "validate.yaml"))
+    assert fitted == [0]  # validate: the first trial at the shortest length
+    fitted.clear()
+    compiled = runner_compile(spec_file(spec, "compile.yaml"), tmp_path)
+    cells = (compiled.path / "cells.jsonl").read_text().splitlines()
+    assert len(fitted) == len(cells) == 6 and sorted(fitted) == [0, 0, 1, 1, 2, 2]
+    too_short = spec.replace("[2000, 3000]", "[400, 3000]").replace("grid:", "prompt: {reserve_tokens: 256}\ngrid:")
+    with pytest.raises(SpecError) as refused:
+        runner_compile(spec_file(too_short, "short.yaml"), tmp_path)
+    [issue] = refused.value.issues
+    assert str(issue).startswith("short.yaml:5:25: grid.context_lengths: cell openai-gpt-4-1-mini-")
+    assert "the graphwalks task at its smallest size (1) needs more than 144 tokens" in str(issue)

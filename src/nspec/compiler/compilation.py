@@ -137,14 +137,20 @@ class Compilation:
         """Every cell, in order."""
         return self._walk(_Pass(self.trials, self.lengths, self.models))
 
-    def check(self, longest: bool = True) -> None:
+    def check(self, compiles_next: bool = False) -> None:
         """What compile refuses, found as compile finds it (validate), every model counted as compile counts it (a
         local model by its own tokenizer): the first trial at the shortest length — a generated context sized and
         built as compile sizes and builds it; for a `Fill` draft, its prompt and inserts counted alone, the haystack
-        not read — then, with ``longest``, `check_longest`."""
+        not read — then `check_longest`.
+
+        A caller that compiles next (``compiles_next``) has its compile run `check_longest` before any work, and
+        makes a generated context's cells itself, the first trial's among its first, refused alike (`CellError`):
+        those are left to it, not built and counted twice."""
+        if compiles_next and not self.fills:
+            return
         for _ in self._walk(_Pass(1, [min(self.lengths)], self.models, read_haystack=not self.fills)):
             pass
-        if longest:
+        if not compiles_next:
             self.check_longest()
 
     def check_longest(self) -> None:

@@ -16,9 +16,13 @@ import functools
 import gzip
 import hashlib
 import math
+import operator
+import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from itertools import accumulate, compress, islice, repeat
 from typing import Any, Protocol
 
 from nspec.errors import UserError
@@ -65,7 +69,8 @@ DEFAULT_PROXY_MARGIN = 0.2
 MIN_PROXY_FACTOR = 0.25
 _MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts kept
 _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
-_MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_part_count`)
+_MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_Counts`)
+_WORDS_KEPT = 500_000  # characters of words whose counts are kept, at most twice over: small, so lookups are fast
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
 _LONG_PART_ENTRIES = 4  # parts too long for the memo whose counts are kept: a sample's context, for its other models
 
@@ -133,51 +138,98 @@ def _keep(counts: dict[str, int], text: str, tokens: int, entries: int) -> None:
     counts[text] = tokens
 
 
+_SPACE_AFTER_WHITE_SPACE = re.compile(r"\s ")
+
+
+def _words(text: str) -> list[str]:
+    """``text`` cut before every space that follows a character other than white space: the first word as it is, the
+    others without the space that opens them. o200k_base and cl100k_base always cut there: in their patterns only
+    white space runs and a piece's first character (a word's or punctuation's leading space) take a space, so every
+    alternative tried from before such a space fails at it, as it fails where the text ends (no lookahead or `$`
+    follows a character other than white space), and the pieces after it are those of the text that starts there
+    (the patterns look only forward). So ``text``'s count is the sum of its words' counts, each word counted with
+    its space (tests/test_tokenizers.py checks it on generated texts of every shape, and on random text).
+
+    A space after white space (two spaces, a newline and a space) stays in its word: there the patterns may not cut
+    (Python's white space, of `str.isspace` and `\\s`, holds every character of Unicode's White_Space, which the
+    encodings' `\\s` means)."""
+    words = text.split(" ")
+    if _SPACE_AFTER_WHITE_SPACE.search(text) is None:
+        return words
+    joined = [words[0]]
+    for word in islice(words, 1, None):
+        before = joined[-1]
+        if before and not before[-1].isspace():
+            joined.append(word)
+        else:
+            joined[-1] = f"{before} {word}"
+    return joined
+
+
+# Where tiktoken's encodings always cut a text: after a newline before a letter, and at the space of "e. " before a
+# capital (a sentence's end). Two patterns, each opening with a literal that the regex engine finds fast.
+_LINE_CUTS = re.compile(r"\n(?=[^\W\d_])")
+_SENTENCE_CUTS = re.compile(r"e\. (?=[A-Z])")
+
+
+class _Counts(dict[str, int]):
+    """Token counts of texts, kept in two generations: the older is read once more, and what is still counted (an
+    essay's sentences, a template's lines) moves to the newer one; what was counted once (a sample's random lines)
+    goes with the older, dropped once the newer holds ``kept`` characters. A dict, so that a prompt's thousands of
+    lines are looked up in C."""
+
+    def __init__(self, count_many: Callable[[list[str]], list[int]], kept: int) -> None:
+        super().__init__()
+        self._count_many, self._kept = count_many, kept
+        self._older: dict[str, int] = {}
+        self._characters = 0
+
+    def one(self, text: str) -> int:
+        tokens = self.get(text)
+        return self._new([text])[text] if tokens is None else tokens
+
+    def total(self, texts: list[str]) -> int:
+        """The sum of the counts of ``texts``."""
+        counts = list(map(self.get, texts))
+        if None not in counts:
+            return sum(counts)  # type: ignore[arg-type]  # no None in it
+        new = self._new(list(dict.fromkeys(compress(texts, map(operator.is_, counts, repeat(None))))))
+        return sum(map(new.get, texts, counts))  # type: ignore[arg-type]  # a new count, else the one kept
+
+    def _new(self, texts: list[str]) -> dict[str, int]:
+        """The counts of ``texts`` (distinct, none of them kept in the newer generation), kept there."""
+        new = dict(zip(texts, map(self._older.get, texts), strict=True))
+        if None in new.values():
+            uncounted = list(compress(texts, map(operator.is_, new.values(), repeat(None))))
+            new.update(zip(uncounted, self._count_many(uncounted), strict=True))
+        counts: dict[str, int] = new  # type: ignore[assignment]  # every text counted now
+        self._store(counts)
+        return counts
+
+    def _store(self, counts: dict[str, int]) -> None:
+        self.update(counts)
+        self._characters += sum(map(len, counts))
+        if self._characters > self._kept:
+            self._older, self._characters = dict(self), 0
+            self.clear()
+
+
 def _parts(text: str) -> list[str]:
     """``text`` cut where tiktoken's encodings (o200k, cl100k and the GPT-2 family alike) always cut it before
-    merging: at the space of a sentence mark, space and capital (". The"), and after a newline before a letter. No
-    piece of their pre-tokenising patterns runs across such a point, and a piece's tokens do not depend on what is
-    around it, so the text's count is the sum of its parts' counts (tests/test_tokenizers.py checks it on essays,
-    noise and generated text, and on random text).
+    merging (`_LINE_CUTS`, `_SENTENCE_CUTS`): a newline goes with what precedes it (a piece of white space, or
+    punctuation's trailing newlines) and a letter opens a piece; a space after a character other than white space
+    opens one too. No piece of their pre-tokenising patterns runs across such a point, and a piece's tokens do not
+    depend on what is around it, so the text's count is the sum of its parts' counts (tests/test_tokenizers.py
+    checks it on essays, noise and generated text, and on random text).
 
-    Not every such point cuts: parts should be long enough to cost less to look up than they save, and be the same
-    wherever the same text stands. So: after a blank line or a heading's colon (documents: "Document 3:\n"), at
-    sentences ending in "e." (parts of several sentences, where the text itself says), and before the last line,
-    which is a prompt's question (with, for some models, the answer prefix after it): prompts that differ only there
-    share the rest. Literal splits, so that cutting is fast."""
-    parts: list[str] = []
-    for block in _cut(text, "\n\n", _letter):
-        for piece in _cut(block, ":\n", _letter):
-            parts += _cut(piece, "e. ", _capital)
-    last = parts[-1]
-    line = last.rfind("\n") + 1
-    if 0 < line < len(last) and last[line].isalpha():
-        parts[-1:] = [last[:line], last[line:]]
-    return parts
-
-
-def _cut(text: str, mark: str, begins: Callable[[str], bool]) -> list[str]:
-    """``text`` cut after the first two characters of each ``mark`` whose following text ``begins`` as it should."""
-    pieces = text.split(mark)
-    parts: list[str] = []
-    current = [pieces[0]]
-    for piece in pieces[1:]:
-        if begins(piece):
-            current.append(mark[:2])
-            parts.append("".join(current))
-            current = [mark[2:], piece]
-        else:
-            current += (mark, piece)
-    parts.append("".join(current))
-    return parts
-
-
-def _letter(text: str) -> bool:
-    return text[:1].isalpha()
-
-
-def _capital(text: str) -> bool:
-    return "A" <= text[:1] <= "Z"
+    Parts are lines (a haystack's lines, a document's paragraphs, a prompt's question, which may differ between
+    models), and sentences ending in "e." within them: the same wherever the same text stands, so each is counted
+    once, and a context built again at another size, or for another model, is counted from its parts' counts."""
+    cuts = [match.end() for match in _LINE_CUTS.finditer(text)]
+    sentences = [match.start() + 2 for match in _SENTENCE_CUTS.finditer(text)]
+    if sentences:
+        cuts = sorted(cuts + sentences)
+    return [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 def fewest_tokens(characters: int, longest: int) -> int:
@@ -195,14 +247,18 @@ class TiktokenTokenizer:
     longest: int  # the bytes of its longest token
     exact: bool = True
     margin: float = 0.0
-    # Counts of short texts: fitting a context counts the same templates, needles and joins again and again.
-    _counted: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-    _counted_before: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-    _counted_characters: int = field(default=0, repr=False, compare=False)
+    # Counts of short texts and parts: fitting a context counts the same templates, needles and lines again and again.
+    _counted: _Counts = field(init=False, repr=False, compare=False)
+    # Counts of words with the space before them (`_words`): what a long part (a list of words) is counted by.
+    _spaced: _Counts = field(init=False, repr=False, compare=False)
     # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record.
     _recent: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     # Counts of the last long parts: the other models of a trial count the same contexts with other endings.
     _long_parts: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._counted = _Counts(lambda texts: list(map(len, map(self.encoding.encode_ordinary, texts))), _MEMO_KEPT)
+        self._spaced = _Counts(self._count_spaced, _WORDS_KEPT)
 
     @property
     def encoding_name(self) -> str:
@@ -216,34 +272,45 @@ class TiktokenTokenizer:
 
     def own_count(self, text: str) -> int:
         if len(text) <= _MEMO_CHARACTERS:
-            return self._part_count(text)
+            return self._counted.one(text)
         tokens = self._recent.get(text)  # a long text's hash is computed once per string object, then kept by it
         if tokens is None:
-            # Part by part: a long prompt repeats the sentences of other prompts (the same essay, noise or documents
-            # at other sizes and in other samples), and each part is counted once.
-            tokens = sum(map(self._part_count, _parts(text)))
+            # Part by part: a long prompt repeats the lines and sentences of other prompts (the same essay, noise or
+            # documents at other sizes and in other samples, the same sample for another model), each counted once.
+            parts, tokens = _parts(text), 0
+            if max(map(len, parts)) > _PART_CHARACTERS:  # lines too long to keep, counted by their words
+                tokens = sum(map(self._long_part_count, [part for part in parts if len(part) > _PART_CHARACTERS]))
+                parts = [part for part in parts if len(part) <= _PART_CHARACTERS]
+            tokens += self._counted.total(parts)
             _keep(self._recent, text, tokens, _RECENT_ENTRIES)
         return tokens
 
-    def _part_count(self, text: str) -> int:
-        if len(text) > _PART_CHARACTERS:
-            tokens = self._long_parts.get(text)
-            if tokens is None:
-                tokens = len(self.encoding.encode_ordinary(text))
-                _keep(self._long_parts, text, tokens, _LONG_PART_ENTRIES)
-            return tokens
-        tokens = self._counted.get(text)
+    def _long_part_count(self, text: str) -> int:
+        """A long part's count: the sum of its words' (`_words`), looked up in C, those not kept counted together
+        (a long part is a line of words from a vocabulary: RULER's cwe and fwe lists, a page of prose)."""
+        tokens = self._long_parts.get(text)
         if tokens is None:
-            # Two generations, the older one read once more: what is still counted (an essay's sentences, a
-            # template's lines) moves to the new one; what was counted once (a sample's random lines) goes.
-            tokens = self._counted_before.get(text)
-            if tokens is None:
-                tokens = len(self.encoding.encode_ordinary(text))
-            self._counted[text] = tokens
-            self._counted_characters += len(text)
-            if self._counted_characters > _MEMO_KEPT:
-                self._counted_before, self._counted, self._counted_characters = self._counted, {}, 0
+            words = _words(text)
+            tokens = len(self.encoding.encode_ordinary(words[0])) + self._spaced.total(words[1:])
+            _keep(self._long_parts, text, tokens, _LONG_PART_ENTRIES)
         return tokens
+
+    def _count_spaced(self, words: list[str]) -> list[int]:
+        """The count of each word with a space before it. Those that end in a character other than white space (all
+        but a part's last, in `_words`) are counted together, from one encoding of them joined: the encodings cut
+        between them, so each word's tokens are those whose bytes make it up; the others one by one."""
+        joined = [word for word in words if word and not word[-1].isspace()]
+        spaced = list(map(" ".__add__, joined))
+        try:
+            ends = list(accumulate(map(len, map(str.encode, spaced))))  # where each word ends, in bytes
+        except UnicodeEncodeError:  # lone surrogates, which tiktoken replaces: every word counted alone
+            joined, ends = [], []
+        tokens = self.encoding.encode_ordinary("".join(spaced)) if joined else []
+        offsets = list(accumulate(map(self.byte_lengths.__getitem__, tokens)))  # where each token ends, in bytes
+        last = list(map(bisect_left, repeat(offsets), ends))  # each word's last token
+        counts = dict(zip(joined, map(operator.sub, last, [-1, *last]), strict=True))
+        encode = self.encoding.encode_ordinary
+        return [counts[word] if word in counts else len(encode(f" {word}")) for word in words]
 
     def scale(self, tokens: int) -> int:
         return tokens

@@ -51,7 +51,7 @@ def compile_spec(
     """Load and validate a spec, and write its run directory under ``out/<name>/<run id>`` (a no-op if it exists).
     The spec reads files under its root only, and under the folders ``allowed``; a grid of more than ``max_cells``
     cells is refused."""
-    loaded = load_spec(spec_file, allowed, fit_longest=False)  # compile_run checks the longest length itself
+    loaded = load_spec(spec_file, allowed, compiles_next=True)  # compile_run makes the cells the fit check would
     try:
         with located_cells(loaded):
             result = compile_run(

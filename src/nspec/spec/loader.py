@@ -67,12 +67,14 @@ def located_cells(loaded: LoadedSpec) -> Iterator[None]:
         raise SpecError([checks.lengths_issue(loaded.source, str(exc))]) from None
 
 
-def load_spec(file: str, allowed: Sequence[str] = (), fit_longest: bool = True) -> LoadedSpec:
+def load_spec(file: str, allowed: Sequence[str] = (), compiles_next: bool = False) -> LoadedSpec:
     """Load, merge, validate and resolve the spec at ``file``; raises SpecError with every issue found. The files
     it names (includes, haystack and stack files) must lie under its root or a folder in ``allowed``
-    (`nspec.inputs.Confinement`). ``fit_longest``: build the first trial's cells at the longest length to find
-    what compile would refuse there; a caller that compiles the spec next passes False, and its compile finds it
-    before any work (`Compilation.check_longest`, located by `located_cells`), the haystack read once."""
+    (`nspec.inputs.Confinement`). What compile would refuse is found by building the first trial's cells at the
+    shortest and longest lengths (`Compilation.check`); a caller that compiles the spec next (``compiles_next``)
+    leaves to its compile the cells it would make anyway: the longest length's where a haystack is read, found
+    before any work (`Compilation.check_longest`) with the haystack read once, and every cell of a generated context
+    (located alike by `located_cells`)."""
     confinement = Confinement.of(file, allowed)
     files: list[str] = []
     doc = _load_with_includes(file, chain=(), files=files, confinement=confinement)
@@ -89,7 +91,7 @@ def load_spec(file: str, allowed: Sequence[str] = (), fit_longest: bool = True) 
     if "task" in data and "scoring" not in data:  # the family's own scorers (RULER's metrics, say)
         resolved["scoring"] = [dict(e) for e in registry.family(registry.named(resolved)).default_scoring]
     written = registry.params_of(data)
-    fit = checks.family_fit(resolved, written, source, os.path.dirname(file) or ".", confinement, fit_longest)
+    fit = checks.family_fit(resolved, written, source, os.path.dirname(file) or ".", confinement, compiles_next)
     if fit:
         raise SpecError(fit)
     counts = load_counts(file)

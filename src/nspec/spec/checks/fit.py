@@ -19,14 +19,14 @@ def family_fit(
     source: SourceMap,
     base_dir: str,
     confinement: Confinement | None,
-    longest: bool = True,
+    compiles_next: bool = False,
 ) -> list[SpecIssue]:
     """What compile refuses of a valid, resolved spec once its family makes its tasks and drafts, made as compile
     makes them: a task at each point of `grid.params` (a parameter it cannot use as given, a `ParamError`, located
     at the parameter as the spec ``written`` gives it: `task.params`, or its value in `grid.params`), then the first
     trial's drafts at the shortest length, where a context that cannot fit fails first (located at
-    `grid.context_lengths`), as `Compilation.check` finds it; with ``longest``, the first trial at the longest length
-    too (a caller that compiles next leaves that to its compile: `Compilation.check_longest`)."""
+    `grid.context_lengths`), as `Compilation.check` finds it, and the first trial at the longest length; a caller that
+    compiles next (``compiles_next``) leaves to its compile what it makes anyway (`Compilation.check`)."""
     family = registry.family(registry.named(spec))
     task = spec.get("task")
     at: Path = ("task", "params") if isinstance(task, dict) and "params" in task else ("task",)
@@ -46,7 +46,7 @@ def family_fit(
     except UserError as exc:
         return [SpecIssue(source.value(at), format_path(at), str(exc))]
     try:
-        compilation.check(longest)
+        compilation.check(compiles_next)
     except CompileError as exc:
         return [lengths_issue(source, str(exc))]
     return []

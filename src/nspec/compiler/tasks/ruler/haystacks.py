@@ -15,7 +15,7 @@ import re
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain, pairwise, repeat
 from typing import Any
 
 from nspec.compiler.haystack import RULER_NOISE
@@ -62,6 +62,7 @@ class Essay:
         self._word_ends = array("q")  # offset in _text where each word of the repeated words ends
         self._starts: list[int] = []  # sentence spans of _text
         self._ends: list[int] = []
+        self._apart: list[int] = []  # the sentences whose gap from the one before is not one space
 
     def text(self, size: int) -> str:
         """RULER's haystack text of ``size`` words, before it is split."""
@@ -72,15 +73,43 @@ class Essay:
         """``sent_tokenize`` of the haystack of ``size`` words."""
         if size <= 0:
             return []
+        first, i, j, last = self._span(size)
+        # Punkt keeps white space that opens a text in its first sentence; RULER strips the text first
+        out = [self._text[max(first, s) : e] for s, e in zip(self._starts[i:j], self._ends[i:j], strict=True)]
+        if last is not None:  # the sentence the prefix cuts
+            out.append(self._text[max(first, self._starts[j]) : last])
+        return out
+
+    def inserted(self, size: int, inserts: Sequence[str], depths: Sequence[int]) -> str:
+        """``insert_at_depths(self.sentences(size), inserts, depths)``, its runs of sentences read off the text where
+        they stand one space apart, as their join puts them (most do: Punkt may end a sentence where the next starts,
+        and copies of the essay meet with two spaces), not made sentence by sentence."""
+        if size <= 0:
+            return insert_at_depths([], inserts, depths)
+        first, i, j, last = self._span(size)
+
+        def text(a: int, b: int) -> str:  # the sentences a to b, one space apart in the text
+            end = last if last is not None and b - 1 == j else self._ends[b - 1]
+            return self._text[max(first, self._starts[a]) : end]
+
+        def run(a: int, b: int) -> str:  # the sentences a to b (of the text's), joined by spaces
+            if a == b:
+                return ""
+            cuts = [a, *self._apart[bisect_right(self._apart, a) : bisect_right(self._apart, b - 1)], b]
+            return " ".join(map(text, cuts, cuts[1:]))
+
+        positions = depth_positions(j - i + (last is not None), depths, len(inserts))
+        runs = [run(i + a, i + b) for a, b in pairwise(positions)]
+        return " ".join([runs[0], *chain.from_iterable(zip(inserts, runs[1:], strict=True))])
+
+    def _span(self, size: int) -> tuple[int, int, int, int | None]:
+        """Where the haystack of ``size`` words starts and ends in the text, stripped (``first``, ``last``); its
+        whole sentences (``i`` to ``j``), and ``last`` again if the sentence ``j`` is cut there, else None."""
         self._cover(size)
         cut = self._text[: self._length(size)]
         first, last = len(cut) - len(cut.lstrip()), len(cut.rstrip())
         i, j = bisect_left(self._ends, first + 1), bisect_right(self._ends, last)
-        # Punkt keeps white space that opens a text in its first sentence; RULER strips the text first
-        out = [self._text[max(first, s) : e] for s, e in zip(self._starts[i:j], self._ends[i:j], strict=True)]
-        if j < len(self._starts) and self._starts[j] < last:  # the sentence the prefix cuts
-            out.append(self._text[max(first, self._starts[j]) : last])
-        return out
+        return first, i, j, last if j < len(self._starts) and self._starts[j] < last else None
 
     def _length(self, size: int) -> int:
         return self._word_ends[size - 1] if size > 0 else 0
@@ -97,15 +126,23 @@ class Essay:
         self._word_ends = array("q", (end - 1 for end in accumulate(len(word) + 1 for word in words)))
         spans = list(_punkt().span_tokenize(self._text))
         self._starts, self._ends = [s for s, _ in spans], [e for _, e in spans]
+        gaps = zip(self._ends, self._starts[1:], strict=False)  # the last sentence has no gap after it
+        self._apart = [k for k, (e, s) in enumerate(gaps, 1) if self._text[e:s] != " "]
         self._copies = copies
+
+
+def depth_positions(count: int, depths: Sequence[int], inserts: int) -> list[int]:
+    """Where RULER's inserts go among ``count`` sentences: ``int(count * depth / 100)`` for the depths sorted, between
+    0 and ``count``."""
+    if len(depths) != inserts:
+        raise ValueError("one depth per insert")
+    return [0, *sorted(int(count * (depth / 100)) for depth in depths), count]
 
 
 def insert_at_depths(sentences: Sequence[str], inserts: Sequence[str], depths: Sequence[int]) -> str:
     """RULER's essay insertion: the inserts go, in order, between sentences at ``int(len(sentences) * depth / 100)``
     for the depths sorted; the runs of sentences and the inserts are joined by spaces (an empty run leaves two)."""
-    if len(depths) != len(inserts):
-        raise ValueError("one depth per insert")
-    positions = [0, *sorted(int(len(sentences) * (depth / 100)) for depth in depths), len(sentences)]
+    positions = depth_positions(len(sentences), depths, len(inserts))
     parts: list[str] = []
     for i in range(1, len(positions)):
         parts.append(" ".join(sentences[positions[i - 1] : positions[i]]))

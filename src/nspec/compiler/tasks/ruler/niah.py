@@ -39,7 +39,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.haystacks import DEPTHS, NOISE, Essay, insert_at_depths
+from nspec.compiler.tasks.ruler.haystacks import DEPTHS, NOISE, Essay
 from nspec.compiler.tasks.ruler.sampling import distinct_indices
 from nspec.compiler.tasks.ruler.words import wonderwords
 from nspec.compiler.tasks.sizing import Built
@@ -182,7 +182,7 @@ class Niah:
     def _context(self, size: int) -> str:
         drawn = self._drawn
         if self.essay is not None:
-            return insert_at_depths(self.essay.sentences(size), drawn.needles, drawn.depths)
+            return self.essay.inserted(size, drawn.needles, drawn.depths)
         if size < len(drawn.needles):
             raise ValueError(f"{size} haystack lines leave no place for {len(drawn.needles)} needles")
         lines = [NOISE] * size if self.task.type_haystack == "noise" else self._distractor_lines(size)
