@@ -4,7 +4,7 @@ prefix reuse, and on llama.cpp's server set as the engine was before reuse (llam
 The spec is compiled once, here; each setting then answers its requests in a fresh process of its own, one engine
 loaded there, the settings interleaved and repeated (other work on the machine moves the figures; the ratios of
 neighbouring runs move less):
-- `reuse`: the engine as a run uses it (`Engine.complete`), the requests in prefix order (`local.in_prefix_order`),
+- `reuse`: the engine as a run uses it (`Engine.complete`), the requests in prefix order (`local.prefix_key`),
   each reading from the KV cache the whole micro-batches it shares with the one before;
 - `whole`: the same engine and order, every prompt read whole (`Engine(reuse=False)`);
 - `before`: an `xllamacpp` server with the settings of the engine before prefix reuse (llama.cpp's defaults but for
@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +39,7 @@ THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 
 def compiled(spec: str, into: Path) -> dict[str, Any]:
     """The spec's request lines, in prefix order, and its cells' prompt tokens and answers, written to ``into``."""
     from nspec.compiler.run_writer import compile_run
-    from nspec.runners.providers.local import in_prefix_order
+    from nspec.runners.providers.local import prefix_key
     from nspec.spec import load_spec
 
     loaded = load_spec(spec)
@@ -49,7 +48,7 @@ def compiled(spec: str, into: Path) -> dict[str, Any]:
         cells = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
         lines = [json.loads(line) for shard in (run / "answers" / "requests").iterdir() for line in shard.open()]
     work = {
-        "lines": [sent.line for sent in in_prefix_order(SimpleNamespace(line=line) for line in lines)],
+        "lines": sorted(lines, key=prefix_key),
         "prompt": sum(c["context_length"]["prompt"] for c in cells),
         "expected": {c["cell_id"]: (c["expected"] or [None])[0] for c in cells if not c["negative"]},
     }

@@ -7,7 +7,6 @@ import sys
 import time
 from itertools import pairwise
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -85,13 +84,30 @@ def test_the_real_model_finds_a_needle_in_a_short_prompt():
     assert used == tokenizer.framing(1, False) + tokenizer.count(HAYSTACK)
 
 
-def test_prefix_order_runs_prompts_sharing_a_prefix_together():
-    def sent(cid, text):
-        return SimpleNamespace(line={"custom_id": cid, "body": chat(text)})
+def test_prefix_order_sends_prompts_sharing_a_prefix_together():
+    haystack = "".join(f"Line {i} of a haystack shared by several prompts.\n" for i in range(200))  # ~10 KB
 
-    requests = [sent("b1", "B x"), sent("a1", "A x"), sent("b2", "B y"), sent("bad", ""), sent("a2", "A x")]
-    requests[3].line["body"]["messages"] = []  # a line the engine refuses runs first, and is answered with its error
-    assert [r.line["custom_id"] for r in local.in_prefix_order(requests)] == ["bad", "a1", "a2", "b1", "b2"]
+    def line(cid, text):
+        return {"custom_id": cid, "body": chat(text)}
+
+    lines = [
+        line("a1", "Other text, shorter than a chunk."),
+        line("h-early", haystack[:4000] + "The needle." + haystack[4000:]),
+        line("b", "Yet other text."),
+        line("h-late", haystack[:9000] + "The needle." + haystack[9000:]),
+        line("a2", "Other text, shorter than a chunk."),
+        line("bad", ""),
+        line("h-end", haystack + "The needle."),
+    ]
+    lines[5]["body"]["messages"] = []  # a line the engine refuses goes first, and is answered with its error
+    order = [x["custom_id"] for x in sorted(lines, key=local.prefix_key)]
+    assert order[0] == "bad"
+    assert order.index("a2") == order.index("a1") + 1  # the same prompt: the same key, in compiled order
+    # The haystack's prompts follow one another, the two sharing the most (9,000 characters) side by side.
+    at = sorted(order.index(cid) for cid in ("h-early", "h-late", "h-end"))
+    assert at == list(range(at[0], at[0] + 3)), order
+    assert abs(order.index("h-late") - order.index("h-end")) == 1
+    assert len(local.prefix_key(lines[6])) == 8 * -(-len(local.completion_prompt(lines[6]["body"]["messages"])) // 1024)
 
 
 # Sentences of a haystack: prompts made of them share a prefix up to their needle.
@@ -112,11 +128,11 @@ def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkey
     and every log-probability are those of the prompts read whole, those of a run resumed from another cache, and
     those of an engine loaded again with a larger context."""
     model = local.Engine(model_file("gemma-3-270m"), ubatch=64, context=256)
-    requests = [
-        SimpleNamespace(line={"custom_id": f"c{at}", "body": chat(needle_prompt(at, n), max_tokens=3, logprobs=True)})
+    lines = [
+        {"custom_id": f"c{at}", "body": chat(needle_prompt(at, n), max_tokens=3, logprobs=True)}
         for at, n in [(9, "7301944"), (4, "2184096"), (10, "5560217"), (7, "6618023")]
     ]
-    ordered = [r.line for r in local.in_prefix_order(requests)]
+    ordered = sorted(lines, key=local.prefix_key)
 
     def answers(lines):
         return [model.complete(line["body"], line["custom_id"])["choices"] for line in lines]
@@ -244,12 +260,8 @@ def test_quickstart_and_ruler_answers_do_not_depend_on_prefix_reuse(tmp_path, mo
     quickstart = load_spec(str(ROOT / "specs" / "quickstart.yaml"))
     ruler = load_spec(str(ROOT / "specs" / "ruler" / "local.yaml"))
     ruler.data["grid"] = {**ruler.data["grid"], "context_lengths": [1024], "trials": 3}
-    requests = [
-        SimpleNamespace(line=line)
-        for loaded in (quickstart, ruler)
-        for line in compiled_lines(loaded.data, loaded.base_dir, tmp_path)
-    ]
-    ordered = [r.line for r in local.in_prefix_order(requests)]
+    lines = [line for loaded in (quickstart, ruler) for line in compiled_lines(loaded.data, loaded.base_dir, tmp_path)]
+    ordered = sorted(lines, key=local.prefix_key)
     model = engine("gemma-3-270m")
 
     def answers():

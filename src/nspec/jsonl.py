@@ -73,13 +73,15 @@ class _Lines:
             yield line
 
 
-def read_raw(path: Path) -> Iterator[tuple[dict[str, Any], bytes]]:
-    """Each record with its line's exact bytes (request shards are re-sent byte for byte: `jsonlines.Reader` gives
-    the records only, so the lines are split here and decoded by the same codec)."""
+def read_raw(path: Path) -> Iterator[tuple[int, dict[str, Any], bytes]]:
+    """Each record with its line's byte offset and exact bytes (request shards are re-sent byte for byte:
+    `jsonlines.Reader` gives the records only, so the lines are split here and decoded by the same codec)."""
+    offset = 0
     with open(path, "rb") as fh:
         for line in fh:
             if line.strip():
-                yield orjson.loads(line), line
+                yield offset, orjson.loads(line), line
+            offset += len(line)
 
 
 def write(path: Path, records: Iterable[Any]) -> None:

@@ -221,8 +221,21 @@ def _holder(fh: IO[str]) -> str:
 
 def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
     """(custom_id, raw line) of a request shard, streamed."""
-    for request, line in jsonl.read_raw(path):
+    for _, request, line in jsonl.read_raw(path):
         yield request_id(request), line
+
+
+def located_shard_lines(path: Path) -> Iterator[tuple[int, str, bytes]]:
+    """(byte offset, custom_id, raw line) of a request shard, streamed: `shard_line_at` reads a line again."""
+    for offset, request, line in jsonl.read_raw(path):
+        yield offset, request_id(request), line
+
+
+def shard_line_at(path: Path, offset: int) -> bytes:
+    """The raw line of a request shard that starts at byte ``offset``."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.readline()
 
 
 def register_shards(run: Run, ledger: Ledger, stage: str, models: list[RunModel], state: str = "planned") -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from nspec import interrupt
 from nspec.compiler.prices import price_for
 from nspec.compiler.providers.io import Outcome
+from nspec.compiler.providers.registry import provider
 from nspec.errors import BudgetSpent, StillFailing, UserError
 from nspec.events import Event, Listener, ignore
 from nspec.records import ResultRecord
@@ -30,10 +31,12 @@ from nspec.runners.run_store import (
     cell_ids,
     check_results,
     drop_results,
+    located_shard_lines,
     lost_results,
     reconcile,
     record_outcome,
     register_shards,
+    shard_line_at,
     shard_lines,
 )
 
@@ -278,20 +281,26 @@ class Session:
             )
 
     def _live_requests(self, by_model: dict[str, dict[str, int]], models: dict[str, RunModel]) -> Iterator[LiveRequest]:
-        """The requests to send, read from the shards as they are sent; a local model's at once, in prefix order
-        (its requests sharing a prompt prefix run one after another: the engine reuses it)."""
-        # Imported here, not with the runner: provider modules load through the plugin registry, when a run needs them.
-        from nspec.runners.providers.local import in_prefix_order
-
+        """The requests to send, read from the shards as they are sent. Lines their provider gives a `send_key` (a
+        local engine, which reads a prefix shared with the prompt before from its cache) go after the others, in the
+        keys' order: only the keys and where their lines are, not the lines, are held until then."""
         for label, ids in by_model.items():
             model = models[label]
-            lines = (
-                LiveRequest(cid, label, model.provider, json.loads(raw), ids[cid])
-                for s in model.shards
-                for cid, raw in shard_lines(self.run.path / s["file"])
-                if cid in ids
-            )
-            yield from in_prefix_order(lines) if model.mode == "local" else lines
+            api = provider(model.provider)
+            keyed: list[tuple[bytes, int, int, str]] = []  # key, shard, offset: ties keep the compiled order
+            for shard, s in enumerate(model.shards):
+                for offset, cid, raw in located_shard_lines(self.run.path / s["file"]):
+                    if cid in ids:
+                        line = json.loads(raw)
+                        key = api.send_key(line)
+                        if key is None:
+                            yield LiveRequest(cid, label, model.provider, line, ids[cid])
+                        else:
+                            keyed.append((key, shard, offset, cid))
+            keyed.sort()
+            for _, shard, offset, cid in keyed:
+                line = json.loads(shard_line_at(self.run.path / model.shards[shard]["file"], offset))
+                yield LiveRequest(cid, label, model.provider, line, ids[cid])
 
     def _request_sizes(self, by_model: dict[str, dict[str, int]]) -> None:
         """Input plus answer budget of each request, for pacing, set in ``by_model``: the answers' from cells.jsonl,

@@ -232,6 +232,12 @@ class Provider(Protocol):
         needle is cut from it)."""
         ...
 
+    def send_key(self, line: Mapping[str, Any]) -> bytes | None:
+        """Where one of its live request lines goes in its model's sending order: None sends it as compiled (before
+        any keyed line); lines with keys are sent in the keys' order. An engine that keeps the cache of the prompt
+        before gives prompts sharing a prefix keys that sort together, so the shared part is read once."""
+        ...
+
     def count_request(self, line: Mapping[str, Any]) -> dict[str, Any] | None:
         """What its count-tokens endpoint is asked to count one of its request lines (the parts that make input
         tokens, nothing else), or None when it has no such endpoint: its counts then stay as its tokenizer makes

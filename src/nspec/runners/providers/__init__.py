@@ -204,6 +204,9 @@ class BaseProvider:
     def structured_output(self, params: Mapping[str, Any], name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return dict(params)
 
+    def send_key(self, line: Mapping[str, Any]) -> bytes | None:
+        return None  # an API's requests go as compiled
+
     def prompt_text(self, line: Mapping[str, Any]) -> str:
         return "\n\n".join(_strings(line))  # whatever the format, the prompt is among its texts
 

@@ -14,7 +14,7 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
 - Sampling follows the request (`temperature`, `top_p`, `stop`, `seed`, penalties, `max_tokens`, `logprobs`,
   `top_logprobs`); an unsupported parameter is an error result, not silently ignored. Without a `seed`, one is
   derived from the request's custom_id, so even sampled answers are reproducible.
-- Prefix reuse. A model's requests run in the order of their prompts' text (`in_prefix_order`), so prompts sharing a
+- Prefix reuse. A model's requests are sent in the order of their prompts (`prefix_key`), so prompts sharing a
   prefix (the cells of a length share their haystack up to the needle) follow one another, and the engine keeps the
   KV cache of the prompt before. llama.cpp's arithmetic for a token depends on the micro-batch it is evaluated in, so
   a prompt reads from the cache only the whole micro-batches it shares with the one before, and evaluates the rest
@@ -39,11 +39,11 @@ import secrets
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, TypeVar
+from typing import Any, BinaryIO
 
 from nspec.compiler.providers.contract import OPENAI_CHAT, message_text
 from nspec.compiler.providers.io import Credentials, Outcome, ShardLimits
@@ -147,26 +147,20 @@ def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
     return settings
 
 
-class _Sent(Protocol):
-    line: dict[str, Any]  # a compiled request line
+KEY_CHUNK = 1024  # characters of a prompt per digest in its sending key: reuse is counted in micro-batches of more
 
 
-Sent = TypeVar("Sent", bound=_Sent)
-
-
-def in_prefix_order(requests: Iterable[Sent]) -> list[Sent]:
-    """``requests`` sorted by the prompt the engine reads (ties keep their order): prompts sharing a prefix run one
-    after another, and each reads from the cache the longest prefix it shares with the one before. In this order the
-    text read in all is the fewest a cache of one prompt allows: each distinct prefix once. The requests are held at
-    once, a model's whole stage (a local model answers a few thousand a day)."""
-
-    def prompt(request: Sent) -> str:
-        try:
-            return completion_prompt(request.line.get("body", {}).get("messages") or [])
-        except EngineError:
-            return ""  # answered with its error wherever it runs
-
-    return sorted(requests, key=prompt)
+def prefix_key(line: Mapping[str, Any]) -> bytes:
+    """The key that sends a request line after those whose prompts (as the engine reads them) begin with the same
+    1,024-character chunks: a digest of each chunk in turn, so prompts sharing a prefix sort together, one after
+    another, and each reads from the cache what it shares with the one before; in this order each shared part is
+    read once. A key is 1/128 of its prompt's size: a model's keys are held to sort, not its prompts."""
+    try:
+        prompt = completion_prompt(line.get("body", {}).get("messages") or [])
+    except EngineError:
+        return b""  # answered with its error wherever it runs
+    chunks = (prompt[i : i + KEY_CHUNK].encode() for i in range(0, len(prompt), KEY_CHUNK))
+    return b"".join(hashlib.blake2b(chunk, digest_size=8).digest() for chunk in chunks)
 
 
 # -- the engine ------------------------------------------------------------------------------------------------
@@ -638,6 +632,9 @@ class Local(BaseProvider):
 
     def request_size(self, line: Mapping[str, Any], count: Callable[[str], int]) -> int:
         return COMPATIBLE.request_size(line, count)
+
+    def send_key(self, line: Mapping[str, Any]) -> bytes | None:
+        return prefix_key(line)
 
     def parse_result(self, line: Mapping[str, Any]) -> Outcome:
         return parse_result(line)
