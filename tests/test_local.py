@@ -296,6 +296,9 @@ def test_quickstart_end_to_end(tmp_path, cli, lengths):
     cells = {c["cell_id"]: c for c in lines(run / "cells.jsonl")}
     answers = lines(run / "answers" / "results.jsonl")
     assert len(cells) == len(answers) == (3 if lengths else 12)
+    compiled = [line for shard in sorted((run / "answers" / "requests").iterdir()) for line in lines(shard)]
+    sent = [line["custom_id"] for line in sorted(compiled, key=local.prefix_key)]
+    assert [a["cell_id"] for a in answers] == sent != [line["custom_id"] for line in compiled]  # in prefix order
     for answer in answers:  # counted exactly: the engine saw as many prompt tokens as compiled
         cell = cells[answer["cell_id"]]
         assert cell["tokens_exact"] and answer["usage"]["input_tokens"] == cell["context_length"]["prompt"]
