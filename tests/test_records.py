@@ -72,7 +72,11 @@ def test_jsonl_lines_are_stable_and_written_whole(tmp_path):
     path = tmp_path / "x.jsonl"
     jsonl.write(path, ({"n": n} for n in range(3)))
     assert [r["n"] for r in jsonl.read(path)] == [0, 1, 2]
-    assert [raw for _, raw in jsonl.read_raw(path)] == [b'{"n":0}\n', b'{"n":1}\n', b'{"n":2}\n']
+    assert [(offset, raw) for offset, _, raw in jsonl.read_raw(path)] == [
+        (0, b'{"n":0}\n'),
+        (8, b'{"n":1}\n'),
+        (16, b'{"n":2}\n'),
+    ]
     assert not list(tmp_path.glob("*.part"))
 
     def failing():
