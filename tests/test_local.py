@@ -107,7 +107,8 @@ def test_prefix_order_sends_prompts_sharing_a_prefix_together():
     at = sorted(order.index(cid) for cid in ("h-early", "h-late", "h-end"))
     assert at == list(range(at[0], at[0] + 3)), order
     assert abs(order.index("h-late") - order.index("h-end")) == 1
-    assert len(local.prefix_key(lines[6])) == 8 * -(-len(local.completion_prompt(lines[6]["body"]["messages"])) // 1024)
+    prompt = local.completion_prompt(lines[6]["body"]["messages"])
+    assert len(local.prefix_key(lines[6])) == 8 * -(-len(prompt) // local.KEY_CHUNK)
 
 
 # Sentences of a haystack: prompts made of them share a prefix up to their needle.

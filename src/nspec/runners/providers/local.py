@@ -147,14 +147,17 @@ def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
     return settings
 
 
-KEY_CHUNK = 1024  # characters of a prompt per digest in its sending key: reuse is counted in micro-batches of more
+# Characters of a prompt per digest in its sending key: a shared prefix ending inside a chunk loses its part in it
+# (on specs/ruler/local.yaml, 1,024 characters read 22.0% of the prompt tokens from the cache, 256 the 25.7% the
+# prompts' text order gives).
+KEY_CHUNK = 256
 
 
 def prefix_key(line: Mapping[str, Any]) -> bytes:
     """The key that sends a request line after those whose prompts (as the engine reads them) begin with the same
-    1,024-character chunks: a digest of each chunk in turn, so prompts sharing a prefix sort together, one after
-    another, and each reads from the cache what it shares with the one before; in this order each shared part is
-    read once. A key is 1/128 of its prompt's size: a model's keys are held to sort, not its prompts."""
+    chunks (`KEY_CHUNK` characters): a digest of each chunk in turn, so prompts sharing a prefix sort together, one
+    after another, and each reads from the cache what it shares with the one before; in this order each shared part
+    is read once. A key is 1/32 of its prompt's size: a model's keys are held to sort, not its prompts."""
     try:
         prompt = completion_prompt(line.get("body", {}).get("messages") or [])
     except EngineError:
