@@ -131,7 +131,7 @@ def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkey
     model = local.Engine(model_file("gemma-3-270m"), ubatch=64, context=256)
     lines = [
         {"custom_id": f"c{at}", "body": chat(needle_prompt(at, n), max_tokens=3, logprobs=True)}
-        for at, n in [(9, "7301944"), (4, "2184096"), (10, "5560217"), (7, "6618023")]
+        for at, n in [(9, "7301944"), (4, "2184096"), (7, "6618023")]
     ]
     ordered = sorted(lines, key=local.prefix_key)
 
