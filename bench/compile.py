@@ -98,6 +98,7 @@ def load_needlehaystack():
     module_spec = importlib.util.spec_from_file_location(
         "needlehaystack.llm_needle_haystack_tester", folder / "llm_needle_haystack_tester.py"
     )
+    assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module

@@ -21,14 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nspec.compiler.prices import Usage, price_for  # noqa: E402
+from nspec.compiler.prices import Lane, Usage, price_for  # noqa: E402
 from nspec.runners import pipeline  # noqa: E402
 from nspec.runners.emulator import Emulator, EmulatorConfig  # noqa: E402
 from nspec.runners.emulator.config import Timing  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 LENGTHS = [1000, 32000] if QUICK else [round(1000 + i * (127000 / 14)) for i in range(15)]
-DEPTHS = [0, 50, 100] if QUICK else [round(100 * i / 14, 2) for i in range(15)]
+DEPTHS: list[float] = [0, 50, 100] if QUICK else [round(100 * i / 14, 2) for i in range(15)]
 CLASSIC_NEEDLE = (
     '  - {text: "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.", '
     'question: "What is the best thing to do in San Francisco?", answer: "eat a sandwich and sit in Dolores Park"}'
@@ -75,7 +75,7 @@ def measure(path: Path) -> dict[str, dict[str, float]]:
         price = price_for(model["id"], None)
         assert price is not None
         usage = Usage.of(result["usage"])
-        lane = "batch" if result["source"]["kind"] == "batch" else "flex" if model["mode"] == "flex" else "live"
+        lane: Lane = "batch" if result["source"]["kind"] == "batch" else "flex" if model["mode"] == "flex" else "live"
         row = out.setdefault(result["model"], defaultdict(float))
         actual = price.cost(usage, lane) or 0.0
         listed = price.cost(Usage(usage.input_tokens, usage.output_tokens), "live") or 0.0
