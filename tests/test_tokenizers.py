@@ -1,5 +1,7 @@
 """Counting a long text in parts: the sum of the parts' counts is the whole text's count, for every encoding."""
 
+from itertools import permutations
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,42 +42,53 @@ def test_a_long_text_counted_in_parts_is_counted_exactly(name):
         assert tokenizer.own_count(text) == whole(name, text), repr(ending)
 
 
+# Pieces of text that make and unmake the cuts `_parts` looks for: sentence ends, newlines before letters or not.
+PIECES = [
+    "e.",
+    "e!",
+    "e?",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "A",
+    "Ab",
+    "z",
+    "'s",
+    "é",
+    "中",
+    "1",
+    "23",
+    "²",
+    "½",
+    ".",
+    ":",
+    "/",
+    "-",
+]
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(
-            [
-                "e.",
-                "e!",
-                "e?",
-                " ",
-                "  ",
-                "\n",
-                "\t",
-                "A",
-                "Ab",
-                "z",
-                "'s",
-                "é",
-                "中",
-                "1",
-                "23",
-                "²",
-                "½",
-                ".",
-                ":",
-                "/",
-                "-",
-            ]
-        ),
-        min_size=200,
-        max_size=900,
-    )
-)
+@given(st.lists(st.sampled_from(PIECES), min_size=200, max_size=900))
 def test_parts_are_cut_only_where_the_encodings_cut(pieces):
     text = "".join(pieces)
     for name in ENCODINGS:
         assert encoding(name).own_count(text) == whole(name, text)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_texts_that_open_alike_are_counted_exactly(name):
+    # Long texts that share their start with the text counted before up to one of its cuts (after a newline, at a
+    # sentence's end), or one or two characters past it, then go on otherwise (some unmaking the cut): each counted
+    # from what it shares with that text, then from its own parts. The number at the end makes every text new.
+    tokenizer, start, number = encoding(name), (NOISE + "\n") * 360, 0  # past `_SHARED_CHARACTERS`
+    endings = ["Abc", "\nAbc", " \n", "\n\n", "  Abc", "1", "Ab\nCd. Ef", ""]
+    for opening in ("x\n", "x\n\n", "Here we go.", "Here we go. ", "Here we go. T", "x"):
+        for first, second in permutations(endings, 2):
+            for ending in (first, second):
+                number += 1
+                text = f"{start}{opening}{ending} {number}"
+                assert tokenizer.own_count(text) == whole(name, text), repr(opening + ending)
 
 
 # Words, and what stands at their edges: digits, spaces, newlines, punctuation, letters of other scripts, contractions,

@@ -18,12 +18,14 @@ import hashlib
 import math
 import operator
 import re
-from bisect import bisect_left
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import accumulate, compress, islice, repeat
-from typing import Any, Protocol
+from operator import itemgetter
+from typing import Any, Protocol, TypeVar
 
 from nspec.errors import UserError
 
@@ -72,7 +74,11 @@ _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their c
 _MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_Counts`)
 _WORDS_KEPT = 500_000  # characters of words whose counts are kept, at most twice over: small, so lookups are fast
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
+_SHARED_CHARACTERS = 1 << 15  # texts this long look for what they share with a recent one (a few µs a text)
 _LONG_PART_ENTRIES = 4  # parts too long for the memo whose counts are kept: a sample's context, for its other models
+
+
+_Kept = TypeVar("_Kept")
 
 
 class TokenLengths(Protocol):
@@ -131,11 +137,29 @@ def chat_framing(messages: int) -> int:
     return 3 + 4 * messages
 
 
-def _keep(counts: dict[str, int], text: str, tokens: int, entries: int) -> None:
+def _keep(counts: dict[str, _Kept], text: str, counted: _Kept, entries: int) -> None:
     """``text``'s count kept in ``counts``, the oldest dropped past ``entries``."""
     if len(counts) >= entries:
         del counts[next(iter(counts))]
-    counts[text] = tokens
+    counts[text] = counted
+
+
+@dataclass(frozen=True)
+class _CountedText:
+    """A long text's count where its parts end (`_parts`): ``totals[i]`` tokens before ``ends[i]``, from nothing
+    before the text's start (0) to its whole count at its end."""
+
+    ends: array[int]
+    totals: array[int]
+
+
+def _shared_length(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` open with alike: compared a block at a time, the blocks ever shorter."""
+    shared, most = 0, min(len(a), len(b))
+    for block in (1 << 16, 1 << 12, 1 << 8, 1 << 4, 1):
+        while shared + block <= most and a[shared : shared + block] == b[shared : shared + block]:
+            shared += block
+    return shared
 
 
 _SPACE_AFTER_WHITE_SPACE = re.compile(r"\s ")
@@ -188,13 +212,13 @@ class _Counts(dict[str, int]):
         tokens = self.get(text)
         return self._new([text])[text] if tokens is None else tokens
 
-    def total(self, texts: list[str]) -> int:
-        """The sum of the counts of ``texts``."""
+    def counts(self, texts: list[str]) -> list[int]:
+        """The counts of ``texts``."""
         counts = list(map(self.get, texts))
         if None not in counts:
-            return sum(counts)  # type: ignore[arg-type]  # no None in it
+            return counts  # type: ignore[return-value]  # no None in it
         new = self._new(list(dict.fromkeys(compress(texts, map(operator.is_, counts, repeat(None))))))
-        return sum(map(new.get, texts, counts))  # type: ignore[arg-type]  # a new count, else the one kept
+        return list(map(new.get, texts, counts))  # type: ignore[arg-type]  # a new count, else the one kept
 
     def _new(self, texts: list[str]) -> dict[str, int]:
         """The counts of ``texts`` (distinct, none of them kept in the newer generation), kept there."""
@@ -251,8 +275,9 @@ class TiktokenTokenizer:
     _counted: _Counts = field(init=False, repr=False, compare=False)
     # Counts of words with the space before them (`_words`): what a long part (a list of words) is counted by.
     _spaced: _Counts = field(init=False, repr=False, compare=False)
-    # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record.
-    _recent: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record, and the
+    # next prompt may share much of it.
+    _recent: dict[str, _CountedText] = field(default_factory=dict, repr=False, compare=False)
     # Counts of the last long parts: the other models of a trial count the same contexts with other endings.
     _long_parts: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -273,17 +298,39 @@ class TiktokenTokenizer:
     def own_count(self, text: str) -> int:
         if len(text) <= _MEMO_CHARACTERS:
             return self._counted.one(text)
-        tokens = self._recent.get(text)  # a long text's hash is computed once per string object, then kept by it
-        if tokens is None:
-            # Part by part: a long prompt repeats the lines and sentences of other prompts (the same essay, noise or
-            # documents at other sizes and in other samples, the same sample for another model), each counted once.
-            parts, tokens = _parts(text), 0
-            if max(map(len, parts)) > _PART_CHARACTERS:  # lines too long to keep, counted by their words
-                tokens = sum(map(self._long_part_count, [part for part in parts if len(part) > _PART_CHARACTERS]))
-                parts = [part for part in parts if len(part) <= _PART_CHARACTERS]
-            tokens += self._counted.total(parts)
-            _keep(self._recent, text, tokens, _RECENT_ENTRIES)
-        return tokens
+        counted = self._recent.get(text)  # a long text's hash is computed once per string object, then kept by it
+        if counted is None:
+            counted = self._long_count(text)
+            _keep(self._recent, text, counted, _RECENT_ENTRIES)
+        return counted.totals[-1]
+
+    def _long_count(self, text: str) -> _CountedText:
+        """A long text counted part by part: a long prompt repeats the lines and sentences of other prompts (the same
+        essay, noise or documents at other sizes and in other samples), each counted once. What it shares with a
+        recent text up to one of that text's cuts (the same sample for another model, with another ending; a sample
+        built again, up to where it changes) is not cut and looked up again: its count is that text's there."""
+        ends, totals = array("q"), array("q")  # of the recent text, up to the cut this text shares with it
+        start, before = 0, 0  # where this text's own parts start, and the tokens before
+        if len(text) >= _SHARED_CHARACTERS and self._recent:
+            shared, kept = max(
+                ((_shared_length(text, other), counted) for other, counted in self._recent.items()), key=itemgetter(0)
+            )
+            # A cut of the recent text is one of this text where both hold the characters that make it a cut (those
+            # up to two past it, `_SENTENCE_CUTS`'s lookahead; so never the recent text's end).
+            index = max(0, bisect_right(kept.ends, shared - 2) - 1)
+            ends, totals = kept.ends[:index], kept.totals[:index]
+            start, before = kept.ends[index], kept.totals[index]
+        parts = _parts(text[start:])
+        ends.extend(accumulate(map(len, parts), initial=start))
+        totals.extend(accumulate(self._part_counts(parts), initial=before))
+        return _CountedText(ends, totals)
+
+    def _part_counts(self, parts: list[str]) -> list[int]:
+        """The counts of a text's parts: those too long to keep (`_PART_CHARACTERS`) by their words."""
+        if max(map(len, parts)) <= _PART_CHARACTERS:
+            return self._counted.counts(parts)
+        kept = iter(self._counted.counts([part for part in parts if len(part) <= _PART_CHARACTERS]))
+        return [self._long_part_count(part) if len(part) > _PART_CHARACTERS else next(kept) for part in parts]
 
     def _long_part_count(self, text: str) -> int:
         """A long part's count: the sum of its words' (`_words`), looked up in C, those not kept counted together
@@ -291,7 +338,7 @@ class TiktokenTokenizer:
         tokens = self._long_parts.get(text)
         if tokens is None:
             words = _words(text)
-            tokens = len(self.encoding.encode_ordinary(words[0])) + self._spaced.total(words[1:])
+            tokens = len(self.encoding.encode_ordinary(words[0])) + sum(self._spaced.counts(words[1:]))
             _keep(self._long_parts, text, tokens, _LONG_PART_ENTRIES)
         return tokens
 
