@@ -18,14 +18,14 @@ import hashlib
 import math
 import operator
 import re
-from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import accumulate, compress, islice, repeat
 from operator import itemgetter
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from nspec.errors import UserError
 
@@ -76,9 +76,6 @@ _WORDS_KEPT = 500_000  # characters of words whose counts are kept, at most twic
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
 _SHARED_CHARACTERS = 1 << 15  # texts this long look for what they share with a recent one (a few µs a text)
 _LONG_PART_ENTRIES = 4  # parts too long for the memo whose counts are kept: a sample's context, for its other models
-
-
-_Kept = TypeVar("_Kept")
 
 
 class TokenLengths(Protocol):
@@ -137,28 +134,32 @@ def chat_framing(messages: int) -> int:
     return 3 + 4 * messages
 
 
-def _keep(counts: dict[str, _Kept], text: str, counted: _Kept, entries: int) -> None:
+def _keep(counts: dict[str, int], text: str, tokens: int, entries: int) -> None:
     """``text``'s count kept in ``counts``, the oldest dropped past ``entries``."""
     if len(counts) >= entries:
         del counts[next(iter(counts))]
-    counts[text] = counted
+    counts[text] = tokens
 
 
 @dataclass(frozen=True)
 class _CountedText:
-    """A long text's count where its parts end (`_parts`): ``totals[i]`` tokens before ``ends[i]``, from nothing
-    before the text's start (0) to its whole count at its end."""
+    """A long text's count, and its parts' (`_part_ends`): where each ends, and its tokens."""
 
-    ends: array[int]
-    totals: array[int]
+    tokens: int
+    ends: list[int]
+    counts: list[int]
 
 
 def _shared_length(a: str, b: str) -> int:
-    """How many characters ``a`` and ``b`` open with alike: compared a block at a time, the blocks ever shorter."""
-    shared, most = 0, min(len(a), len(b))
-    for block in (1 << 16, 1 << 12, 1 << 8, 1 << 4, 1):
-        while shared + block <= most and a[shared : shared + block] == b[shared : shared + block]:
-            shared += block
+    """How many characters ``a`` and ``b`` open with alike: compared a block at a time, each block twice the last
+    while they match (texts that differ early cost one small comparison), then half the last."""
+    shared, block, most, growing = 0, 256, min(len(a), len(b)), True
+    while block:
+        end = shared + block
+        alike = end <= most and a[shared:end] == b[shared:end]
+        shared = end if alike else shared
+        growing = growing and alike
+        block = block * 2 if growing else block // 2
     return shared
 
 
@@ -238,22 +239,29 @@ class _Counts(dict[str, int]):
             self.clear()
 
 
-def _parts(text: str) -> list[str]:
-    """``text`` cut where tiktoken's encodings (o200k, cl100k and the GPT-2 family alike) always cut it before
-    merging (`_LINE_CUTS`, `_SENTENCE_CUTS`): a newline goes with what precedes it (a piece of white space, or
-    punctuation's trailing newlines) and a letter opens a piece; a space after a character other than white space
-    opens one too. No piece of their pre-tokenising patterns runs across such a point, and a piece's tokens do not
-    depend on what is around it, so the text's count is the sum of its parts' counts (tests/test_tokenizers.py
-    checks it on essays, noise and generated text, and on random text).
+def _part_ends(text: str, start: int = 0) -> list[int]:
+    """Where the parts of ``text`` from ``start`` end, its own end the last: it is cut where tiktoken's encodings
+    (o200k, cl100k and the GPT-2 family alike) always cut it before merging (`_LINE_CUTS`, `_SENTENCE_CUTS`): a
+    newline goes with what precedes it (a piece of white space, or punctuation's trailing newlines) and a letter
+    opens a piece; a space after a character other than white space opens one too. No piece of their pre-tokenising
+    patterns runs across such a point, and a piece's tokens do not depend on what is around it, so the text's count
+    is the sum of its parts' counts (tests/test_tokenizers.py checks it on essays, noise and generated text, and on
+    random text).
 
     Parts are lines (a haystack's lines, a document's paragraphs, a prompt's question, which may differ between
     models), and sentences ending in "e." within them: the same wherever the same text stands, so each is counted
     once, and a context built again at another size, or for another model, is counted from its parts' counts."""
-    cuts = [match.end() for match in _LINE_CUTS.finditer(text)]
-    sentences = [match.start() + 2 for match in _SENTENCE_CUTS.finditer(text)]
+    ends = [match.end() for match in _LINE_CUTS.finditer(text, start)]
+    sentences = [match.start() + 2 for match in _SENTENCE_CUTS.finditer(text, start)]
     if sentences:
-        cuts = sorted(cuts + sentences)
-    return [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        ends = sorted(ends + sentences)
+    ends.append(len(text))
+    return ends
+
+
+def _parts(text: str, ends: list[int], start: int = 0) -> list[str]:
+    """The parts of ``text`` from ``start`` that end at ``ends``."""
+    return [text[a:b] for a, b in zip([start, *ends[:-1]], ends, strict=True)]
 
 
 def fewest_tokens(characters: int, longest: int) -> int:
@@ -277,7 +285,10 @@ class TiktokenTokenizer:
     _spaced: _Counts = field(init=False, repr=False, compare=False)
     # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record, and the
     # next prompt may share much of it.
-    _recent: dict[str, _CountedText] = field(default_factory=dict, repr=False, compare=False)
+    # Found by comparing, not hashing: a new prompt's hash would cost more than comparing it with a few others.
+    _recent: deque[tuple[str, _CountedText]] = field(
+        default_factory=lambda: deque(maxlen=_RECENT_ENTRIES), repr=False, compare=False
+    )
     # Counts of the last long parts: the other models of a trial count the same contexts with other endings.
     _long_parts: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -298,32 +309,31 @@ class TiktokenTokenizer:
     def own_count(self, text: str) -> int:
         if len(text) <= _MEMO_CHARACTERS:
             return self._counted.one(text)
-        counted = self._recent.get(text)  # a long text's hash is computed once per string object, then kept by it
+        counted = next((counted for other, counted in self._recent if other == text), None)
         if counted is None:
             counted = self._long_count(text)
-            _keep(self._recent, text, counted, _RECENT_ENTRIES)
-        return counted.totals[-1]
+            self._recent.append((text, counted))
+        return counted.tokens
 
     def _long_count(self, text: str) -> _CountedText:
         """A long text counted part by part: a long prompt repeats the lines and sentences of other prompts (the same
-        essay, noise or documents at other sizes and in other samples), each counted once. What it shares with a
-        recent text up to one of that text's cuts (the same sample for another model, with another ending; a sample
-        built again, up to where it changes) is not cut and looked up again: its count is that text's there."""
-        ends, totals = array("q"), array("q")  # of the recent text, up to the cut this text shares with it
-        start, before = 0, 0  # where this text's own parts start, and the tokens before
+        essay, noise or documents at other sizes and in other samples), each counted once. The parts it shares with
+        a recent text (the same sample for another model, with another ending; a sample built again, up to where it
+        changes) are not cut and looked up again: their counts are that text's."""
+        ends: list[int] = []  # of the parts shared, and their counts
+        counts: list[int] = []
         if len(text) >= _SHARED_CHARACTERS and self._recent:
             shared, kept = max(
-                ((_shared_length(text, other), counted) for other, counted in self._recent.items()), key=itemgetter(0)
+                ((_shared_length(text, other), counted) for other, counted in self._recent), key=itemgetter(0)
             )
-            # A cut of the recent text is one of this text where both hold the characters that make it a cut (those
-            # up to two past it, `_SENTENCE_CUTS`'s lookahead; so never the recent text's end).
-            index = max(0, bisect_right(kept.ends, shared - 2) - 1)
-            ends, totals = kept.ends[:index], kept.totals[:index]
-            start, before = kept.ends[index], kept.totals[index]
-        parts = _parts(text[start:])
-        ends.extend(accumulate(map(len, parts), initial=start))
-        totals.extend(accumulate(self._part_counts(parts), initial=before))
-        return _CountedText(ends, totals)
+            # A part of the recent text ends where this text's does if both hold the characters that make its end a
+            # cut: those up to two past it (`_SENTENCE_CUTS`'s lookahead; so never the recent text's end).
+            index = bisect_right(kept.ends, shared - 2)
+            ends, counts = kept.ends[:index], kept.counts[:index]
+        start = ends[-1] if ends else 0
+        own_ends = _part_ends(text, start)
+        own_counts = self._part_counts(_parts(text, own_ends, start))
+        return _CountedText(sum(counts) + sum(own_counts), ends + own_ends, counts + own_counts)
 
     def _part_counts(self, parts: list[str]) -> list[int]:
         """The counts of a text's parts: those too long to keep (`_PART_CHARACTERS`) by their words."""
