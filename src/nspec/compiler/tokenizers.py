@@ -71,7 +71,9 @@ DEFAULT_PROXY_MARGIN = 0.2
 MIN_PROXY_FACTOR = 0.25
 _MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts kept
 _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
-_MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_Counts`)
+# Characters of texts whose counts are kept, at most twice over (see `_Counts`): enough for the documents of a QA set
+# that samples draw from (RULER's SQuAD: about a million characters) to outlast a few samples that skip one.
+_MEMO_KEPT = 8_000_000
 _WORDS_KEPT = 500_000  # characters of words whose counts are kept, at most twice over: small, so lookups are fast
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
 _SHARED_CHARACTERS = 1 << 15  # texts this long look for what they share with a recent one (a few µs a text)
