@@ -76,7 +76,7 @@ _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their c
 _MEMO_KEPT = 8_000_000
 _WORDS_KEPT = 500_000  # characters of words whose counts are kept, at most twice over: small, so lookups are fast
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
-_SHARED_CHARACTERS = 1 << 15  # texts this long look for what they share with a recent one (a few µs a text)
+_SHARED_CHARACTERS = 1 << 15  # texts this long look for the start they share with a recent one (shorter: cut)
 _LONG_PART_ENTRIES = 4  # parts too long for the memo whose counts are kept: a sample's context, for its other models
 
 
@@ -286,8 +286,7 @@ class TiktokenTokenizer:
     # Counts of words with the space before them (`_words`): what a long part (a list of words) is counted by.
     _spaced: _Counts = field(init=False, repr=False, compare=False)
     # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record, and the
-    # next prompt may share much of it.
-    # Found by comparing, not hashing: a new prompt's hash would cost more than comparing it with a few others.
+    # next prompt may open as it does. Found by comparing, not hashing: hashing a new prompt costs more.
     _recent: deque[tuple[str, _CountedText]] = field(
         default_factory=lambda: deque(maxlen=_RECENT_ENTRIES), repr=False, compare=False
     )
