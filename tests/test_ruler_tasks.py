@@ -15,7 +15,7 @@ from nspec.compiler.tasks.ruler import cwe, fwe, qa, vt
 from nspec.compiler.tasks.ruler.cwe import CommonWords
 from nspec.compiler.tasks.ruler.fwe import FrequentWords
 from nspec.compiler.tasks.ruler.qa import QuestionAnswering, hotpotqa_corpus, squad_corpus
-from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order, permutation
+from nspec.compiler.tasks.ruler.sampling import DistinctIndices, distinct_indices, fixed_order, permutation
 from nspec.compiler.tasks.ruler.vt import VariableTracking
 from nspec.compiler.tasks.ruler.words import common_words_vocabulary
 from nspec.compiler.tasks.sizing import largest_fitting
@@ -273,6 +273,10 @@ def test_hotpotqa_sample_holds_all_ten_paragraphs_of_its_question():
 def test_draws_of_a_growing_sample_keep_their_prefix_and_permutations_are_complete():
     draws = [distinct_indices(Draws("k"), 1000, k) for k in (5, 50, 1000)]
     assert draws[1][:5] == draws[0] and draws[2][:50] == draws[1] and sorted(draws[2]) == list(range(1000))
+    # Drawn once for every size: a sample built at one size, then others, draws as it would at each alone.
+    growing = DistinctIndices(Draws("k"), 1000)
+    sizes = (50, 5, 1000, 20, 0)
+    assert [growing.first(k) for k in sizes] == [distinct_indices(Draws("k"), 1000, k) for k in sizes]
     order = permutation(Draws("k"), 5000)
     assert sorted(order) == list(range(5000)) and order != list(range(5000))
     assert order == permutation(Draws("k"), 5000) != permutation(Draws("j"), 5000)

@@ -1,5 +1,7 @@
 """Counting a long text in parts: the sum of the parts' counts is the whole text's count, for every encoding."""
 
+from itertools import permutations
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,7 @@ from nspec.compiler.tasks.ruler.cwe import CommonWords
 from nspec.compiler.tasks.ruler.fwe import FrequentWords
 from nspec.compiler.tasks.ruler.niah import TASKS, Niah
 from nspec.compiler.tasks.ruler.vt import VariableTracking
-from nspec.compiler.tokenizers import _parts, _words, encoding
+from nspec.compiler.tokenizers import _part_ends, _parts, _shared_length, _words, encoding
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -40,42 +42,62 @@ def test_a_long_text_counted_in_parts_is_counted_exactly(name):
         assert tokenizer.own_count(text) == whole(name, text), repr(ending)
 
 
+# Pieces of text that make and unmake the cuts `_part_ends` looks for: sentence ends, newlines before letters or not.
+PIECES = [
+    "e.",
+    "e!",
+    "e?",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "A",
+    "Ab",
+    "z",
+    "'s",
+    "é",
+    "中",
+    "1",
+    "23",
+    "²",
+    "½",
+    ".",
+    ":",
+    "/",
+    "-",
+]
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(
-            [
-                "e.",
-                "e!",
-                "e?",
-                " ",
-                "  ",
-                "\n",
-                "\t",
-                "A",
-                "Ab",
-                "z",
-                "'s",
-                "é",
-                "中",
-                "1",
-                "23",
-                "²",
-                "½",
-                ".",
-                ":",
-                "/",
-                "-",
-            ]
-        ),
-        min_size=200,
-        max_size=900,
-    )
-)
+@given(st.lists(st.sampled_from(PIECES), min_size=200, max_size=900))
 def test_parts_are_cut_only_where_the_encodings_cut(pieces):
     text = "".join(pieces)
     for name in ENCODINGS:
         assert encoding(name).own_count(text) == whole(name, text)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_texts_that_open_alike_are_counted_exactly(name):
+    # Long texts that share their start with the text counted before up to one of its cuts (after a newline, at a
+    # sentence's end), or one or two characters past it, then go on otherwise (some unmaking the cut): each counted
+    # from what it shares with that text, then from its own parts. The number at the end makes every text new.
+    tokenizer, start, number = encoding(name), (NOISE + "\n") * 360, 0  # past `_SHARED_CHARACTERS`
+    endings = ["Abc", "\nAbc", " \n", "\n\n", "  Abc", "1", "Ab\nCd. Ef", ""]
+    for opening in ("x\n", "x\n\n", "Here we go.", "Here we go. ", "Here we go. T", "x"):
+        for first, second in permutations(endings, 2):
+            for ending in (first, second):
+                number += 1
+                text = f"{start}{opening}{ending} {number}"
+                assert tokenizer.own_count(text) == whole(name, text), repr(opening + ending)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab", max_size=40), st.integers(0, 3000), st.text(alphabet="abc", max_size=3))
+def test_the_length_two_texts_open_with_alike_is_found(unit, repeats, ending):
+    text = unit * repeats
+    other = text[: len(text) // 2] + ending + text[len(text) // 2 :]
+    alike = next((i for i, (x, y) in enumerate(zip(text, other, strict=False)) if x != y), min(len(text), len(other)))
+    assert _shared_length(text, other) == _shared_length(other, text) == alike
 
 
 # Words, and what stands at their edges: digits, spaces, newlines, punctuation, letters of other scripts, contractions,
@@ -118,7 +140,7 @@ def test_a_long_part_counted_word_by_word_is_counted_exactly(pairs):
     # Over 4,096 characters, no line opening with a letter: one part, counted by its words, some kept from others.
     chunk = "".join(unit + separator for unit, separator in pairs).replace("\n", "\n ")
     text = "".join(f"{chunk}{i} " for i in range(4096 // (len(chunk) + 1) + 2))
-    assert any(len(part) > 4096 for part in _parts(text))
+    assert any(len(part) > 4096 for part in _parts(text, _part_ends(text)))
     for name in ENCODINGS:
         assert encoding(name).own_count(text) == whole(name, text), repr(text[:200])
 
@@ -150,7 +172,7 @@ def test_ruler_texts_are_counted_exactly(name):
 def test_words_that_tiktoken_must_repair_are_counted_as_it_counts_them(name):
     # Lone surrogates (and a pair as two code points) cannot be UTF-8: tiktoken replaces them before it encodes.
     words = " ".join(f"w{i}\ud800 \ud83d\ude00{i} x\udfff." for i in range(800))
-    assert any(len(part) > 4096 for part in _parts(words))
+    assert any(len(part) > 4096 for part in _parts(words, _part_ends(words)))
     assert encoding(name).own_count(words) == whole(name, words)
     lines = "\n".join(f"Line {i}\ud800 x\udfff." for i in range(800))  # lines, counted one by one
     assert encoding(name).own_count(lines) == whole(name, lines)

@@ -170,18 +170,31 @@ def _said(message: str) -> str:
 
 
 def _too_deep(value: Any) -> JsonPath | None:
-    """The path of a container nested deeper than `MAX_DEPTH` in ``value``, if there is one (walked without
-    recursion)."""
-    if not isinstance(value, dict | list):
-        return None
+    """The path of a container nested deeper than `MAX_DEPTH` in ``value``, if there is one. The containers are
+    walked a level at a time, without recursion and without their paths (a QA set holds hundreds of thousands):
+    a path is made only for a refusal (`_deep_path`)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(MAX_DEPTH):
+        level = [
+            child
+            for container in level
+            for child in (container.values() if isinstance(container, dict) else container)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return None
+    return _deep_path(value)
+
+
+def _deep_path(value: Any) -> JsonPath:
+    """The path of the first container nested `MAX_DEPTH` deep in ``value`` (one is), depth first."""
     todo: list[tuple[JsonPath, Any]] = [((), value)]
-    while todo:
+    while True:
         path, container = todo.pop()
         if len(path) >= MAX_DEPTH:
             return path
         children = container.items() if isinstance(container, dict) else enumerate(container)
         todo += [((*path, key), child) for key, child in children if isinstance(child, dict | list)]
-    return None
 
 
 # -- where a value is: only to say so --------------------------------------------------------------------------

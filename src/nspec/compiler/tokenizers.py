@@ -18,11 +18,13 @@ import hashlib
 import math
 import operator
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import accumulate, compress, islice, repeat
+from operator import itemgetter
 from typing import Any, Protocol
 
 from nspec.errors import UserError
@@ -69,9 +71,12 @@ DEFAULT_PROXY_MARGIN = 0.2
 MIN_PROXY_FACTOR = 0.25
 _MEMO_CHARACTERS = 512  # texts this short are counted whole, and their counts kept
 _PART_CHARACTERS = 4096  # parts of longer texts (below) this short have their counts kept too
-_MEMO_KEPT = 4_000_000  # characters of texts whose counts are kept, at most twice over (see `_Counts`)
+# Characters of texts whose counts are kept, at most twice over (see `_Counts`): enough for the documents of a QA set
+# that samples draw from (RULER's SQuAD: about a million characters) to outlast a few samples that skip one.
+_MEMO_KEPT = 8_000_000
 _WORDS_KEPT = 500_000  # characters of words whose counts are kept, at most twice over: small, so lookups are fast
 _RECENT_ENTRIES = 4  # long texts (whole prompts) whose counts are kept
+_SHARED_CHARACTERS = 1 << 15  # texts this long look for the start they share with a recent one (shorter: cut)
 _LONG_PART_ENTRIES = 4  # parts too long for the memo whose counts are kept: a sample's context, for its other models
 
 
@@ -138,6 +143,28 @@ def _keep(counts: dict[str, int], text: str, tokens: int, entries: int) -> None:
     counts[text] = tokens
 
 
+@dataclass(frozen=True)
+class _CountedText:
+    """A long text's count, and its parts' (`_part_ends`): where each ends, and its tokens."""
+
+    tokens: int
+    ends: list[int]
+    counts: list[int]
+
+
+def _shared_length(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` open with alike: compared a block at a time, each block twice the last
+    while they match (texts that differ early cost one small comparison), then half the last."""
+    shared, block, most, growing = 0, 256, min(len(a), len(b)), True
+    while block:
+        end = shared + block
+        alike = end <= most and a[shared:end] == b[shared:end]
+        shared = end if alike else shared
+        growing = growing and alike
+        block = block * 2 if growing else block // 2
+    return shared
+
+
 _SPACE_AFTER_WHITE_SPACE = re.compile(r"\s ")
 
 
@@ -188,13 +215,13 @@ class _Counts(dict[str, int]):
         tokens = self.get(text)
         return self._new([text])[text] if tokens is None else tokens
 
-    def total(self, texts: list[str]) -> int:
-        """The sum of the counts of ``texts``."""
+    def counts(self, texts: list[str]) -> list[int]:
+        """The counts of ``texts``."""
         counts = list(map(self.get, texts))
         if None not in counts:
-            return sum(counts)  # type: ignore[arg-type]  # no None in it
+            return counts  # type: ignore[return-value]  # no None in it
         new = self._new(list(dict.fromkeys(compress(texts, map(operator.is_, counts, repeat(None))))))
-        return sum(map(new.get, texts, counts))  # type: ignore[arg-type]  # a new count, else the one kept
+        return list(map(new.get, texts, counts))  # type: ignore[arg-type]  # a new count, else the one kept
 
     def _new(self, texts: list[str]) -> dict[str, int]:
         """The counts of ``texts`` (distinct, none of them kept in the newer generation), kept there."""
@@ -214,22 +241,29 @@ class _Counts(dict[str, int]):
             self.clear()
 
 
-def _parts(text: str) -> list[str]:
-    """``text`` cut where tiktoken's encodings (o200k, cl100k and the GPT-2 family alike) always cut it before
-    merging (`_LINE_CUTS`, `_SENTENCE_CUTS`): a newline goes with what precedes it (a piece of white space, or
-    punctuation's trailing newlines) and a letter opens a piece; a space after a character other than white space
-    opens one too. No piece of their pre-tokenising patterns runs across such a point, and a piece's tokens do not
-    depend on what is around it, so the text's count is the sum of its parts' counts (tests/test_tokenizers.py
-    checks it on essays, noise and generated text, and on random text).
+def _part_ends(text: str, start: int = 0) -> list[int]:
+    """Where the parts of ``text`` from ``start`` end, its own end the last: it is cut where tiktoken's encodings
+    (o200k, cl100k and the GPT-2 family alike) always cut it before merging (`_LINE_CUTS`, `_SENTENCE_CUTS`): a
+    newline goes with what precedes it (a piece of white space, or punctuation's trailing newlines) and a letter
+    opens a piece; a space after a character other than white space opens one too. No piece of their pre-tokenising
+    patterns runs across such a point, and a piece's tokens do not depend on what is around it, so the text's count
+    is the sum of its parts' counts (tests/test_tokenizers.py checks it on essays, noise and generated text, and on
+    random text).
 
     Parts are lines (a haystack's lines, a document's paragraphs, a prompt's question, which may differ between
     models), and sentences ending in "e." within them: the same wherever the same text stands, so each is counted
     once, and a context built again at another size, or for another model, is counted from its parts' counts."""
-    cuts = [match.end() for match in _LINE_CUTS.finditer(text)]
-    sentences = [match.start() + 2 for match in _SENTENCE_CUTS.finditer(text)]
+    ends = [match.end() for match in _LINE_CUTS.finditer(text, start)]
+    sentences = [match.start() + 2 for match in _SENTENCE_CUTS.finditer(text, start)]
     if sentences:
-        cuts = sorted(cuts + sentences)
-    return [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        ends = sorted(ends + sentences)
+    ends.append(len(text))
+    return ends
+
+
+def _parts(text: str, ends: list[int], start: int = 0) -> list[str]:
+    """The parts of ``text`` from ``start`` that end at ``ends``."""
+    return [text[a:b] for a, b in zip([start, *ends[:-1]], ends, strict=True)]
 
 
 def fewest_tokens(characters: int, longest: int) -> int:
@@ -251,8 +285,11 @@ class TiktokenTokenizer:
     _counted: _Counts = field(init=False, repr=False, compare=False)
     # Counts of words with the space before them (`_words`): what a long part (a list of words) is counted by.
     _spaced: _Counts = field(init=False, repr=False, compare=False)
-    # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record.
-    _recent: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # Counts of the last few long texts: a cell's prompt is counted to fit it, then again for its record, and the
+    # next prompt may open as it does. Found by comparing, not hashing: hashing a new prompt costs more.
+    _recent: deque[tuple[str, _CountedText]] = field(
+        default_factory=lambda: deque(maxlen=_RECENT_ENTRIES), repr=False, compare=False
+    )
     # Counts of the last long parts: the other models of a trial count the same contexts with other endings.
     _long_parts: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -273,17 +310,38 @@ class TiktokenTokenizer:
     def own_count(self, text: str) -> int:
         if len(text) <= _MEMO_CHARACTERS:
             return self._counted.one(text)
-        tokens = self._recent.get(text)  # a long text's hash is computed once per string object, then kept by it
-        if tokens is None:
-            # Part by part: a long prompt repeats the lines and sentences of other prompts (the same essay, noise or
-            # documents at other sizes and in other samples, the same sample for another model), each counted once.
-            parts, tokens = _parts(text), 0
-            if max(map(len, parts)) > _PART_CHARACTERS:  # lines too long to keep, counted by their words
-                tokens = sum(map(self._long_part_count, [part for part in parts if len(part) > _PART_CHARACTERS]))
-                parts = [part for part in parts if len(part) <= _PART_CHARACTERS]
-            tokens += self._counted.total(parts)
-            _keep(self._recent, text, tokens, _RECENT_ENTRIES)
-        return tokens
+        counted = next((counted for other, counted in self._recent if other == text), None)
+        if counted is None:
+            counted = self._long_count(text)
+            self._recent.append((text, counted))
+        return counted.tokens
+
+    def _long_count(self, text: str) -> _CountedText:
+        """A long text counted part by part: a long prompt repeats the lines and sentences of other prompts (the same
+        essay, noise or documents at other sizes and in other samples), each counted once. The parts it shares with
+        a recent text (the same sample for another model, with another ending; a sample built again, up to where it
+        changes) are not cut and looked up again: their counts are that text's."""
+        ends: list[int] = []  # of the parts shared, and their counts
+        counts: list[int] = []
+        if len(text) >= _SHARED_CHARACTERS and self._recent:
+            shared, kept = max(
+                ((_shared_length(text, other), counted) for other, counted in self._recent), key=itemgetter(0)
+            )
+            # A part of the recent text ends where this text's does if both hold the characters that make its end a
+            # cut: those up to two past it (`_SENTENCE_CUTS`'s lookahead; so never the recent text's end).
+            index = bisect_right(kept.ends, shared - 2)
+            ends, counts = kept.ends[:index], kept.counts[:index]
+        start = ends[-1] if ends else 0
+        own_ends = _part_ends(text, start)
+        own_counts = self._part_counts(_parts(text, own_ends, start))
+        return _CountedText(sum(counts) + sum(own_counts), ends + own_ends, counts + own_counts)
+
+    def _part_counts(self, parts: list[str]) -> list[int]:
+        """The counts of a text's parts: those too long to keep (`_PART_CHARACTERS`) by their words."""
+        if max(map(len, parts)) <= _PART_CHARACTERS:
+            return self._counted.counts(parts)
+        kept = iter(self._counted.counts([part for part in parts if len(part) <= _PART_CHARACTERS]))
+        return [self._long_part_count(part) if len(part) > _PART_CHARACTERS else next(kept) for part in parts]
 
     def _long_part_count(self, text: str) -> int:
         """A long part's count: the sum of its words' (`_words`), looked up in C, those not kept counted together
@@ -291,7 +349,7 @@ class TiktokenTokenizer:
         tokens = self._long_parts.get(text)
         if tokens is None:
             words = _words(text)
-            tokens = len(self.encoding.encode_ordinary(words[0])) + self._spaced.total(words[1:])
+            tokens = len(self.encoding.encode_ordinary(words[0])) + sum(self._spaced.counts(words[1:]))
             _keep(self._long_parts, text, tokens, _LONG_PART_ENTRIES)
         return tokens
 

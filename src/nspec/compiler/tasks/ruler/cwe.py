@@ -15,10 +15,12 @@ not in the repository) past that point; before, it stopped at the vocabulary as 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Hashable, Sequence
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order
+from nspec.compiler.tasks.ruler.sampling import DistinctIndices, fixed_order
 from nspec.compiler.tasks.ruler.words import common_words_vocabulary
 from nspec.compiler.tasks.sizing import Built
 
@@ -31,9 +33,13 @@ TOKENS_TO_GENERATE = 120
 INCREMENTAL = 10
 
 
+_NUMBERS: list[str] = []  # "1. ", "2. ", ...: what every list's words follow, made once
+
+
 def numbered(words: Sequence[str]) -> str:
     """RULER's list: ``1. word1 2. word2 ...``."""
-    return " ".join(f"{i + 1}. {word}" for i, word in enumerate(words))
+    _NUMBERS.extend(f"{i}. " for i in range(len(_NUMBERS) + 1, len(words) + 1))
+    return " ".join(map(operator.add, _NUMBERS, words))  # as many as there are words
 
 
 class CommonWords:
@@ -60,30 +66,39 @@ class CommonWords:
         # RULER's words ask for its 10 common words; another `num_cw` is asked for as many, or no reply naming what
         # the question asks for could pass (string_match_all wants every one).
         self.template, self.answer_prefix = (text.replace(" 10 ", f" {num_cw} ") for text in (TEMPLATE, ANSWER_PREFIX))
+        self._words = DistinctIndices(Draws("ruler-cwe", seed, sample, "words"), self.limit)  # the same at every size
 
-    def _list(self, draws: Draws, num_words: int, common_repeats: int, uncommon_repeats: int) -> tuple[str, list[str]]:
-        """RULER's ``get_example``: ``num_words`` distinct words, the first ``num_cw`` repeated ``common_repeats``
-        times and the others ``uncommon_repeats`` times, shuffled. RULER shuffles with its fixed seed, so every sample
-        of a length has the same arrangement of places; so does this (the order is drawn from the task's seed and the
-        list's length)."""
+    def _list(
+        self, words: DistinctIndices, num_words: int, common_repeats: int, uncommon_repeats: int
+    ) -> tuple[str, list[str]]:
+        """RULER's ``get_example``: ``num_words`` distinct words (the first of ``words``), the first ``num_cw``
+        repeated ``common_repeats`` times and the others ``uncommon_repeats`` times, shuffled. RULER shuffles with its
+        fixed seed, so every sample of a length has the same arrangement of places; so does this (the order is drawn
+        from the task's seed and the list's length)."""
         if not 0 < num_words <= self.limit:
             raise ValueError(f"cwe draws from {self.limit:,} words; {num_words:,} asked")
-        chosen = [self.vocabulary[i] for i in distinct_indices(draws, self.limit, num_words)]
+        chosen = [self.vocabulary[i] for i in words.first(num_words)]
         common, uncommon = chosen[: self.num_cw], chosen[self.num_cw :]
         entries = common * common_repeats + uncommon * uncommon_repeats
         order = fixed_order("ruler-cwe", self.seed, len(entries))
         return numbered([entries[i] for i in order]), common
 
+    @functools.cached_property
+    def _examples(self) -> str:
+        """The sample's one-shot example(s), with their answers: the same at every size."""
+        examples = []
+        for n in range(self.num_fewshot):
+            words = DistinctIndices(Draws("ruler-cwe", self.seed, self.sample, "example", n), self.limit)
+            context, answer = self._list(words, *self.example_counts)
+            examples.append(self.template.format(context=context) + self.answer_prefix + " " + numbered(answer))
+        return "\n".join(examples)
+
     def build(self, size: int) -> Built:
         """The sample with ``size`` distinct words: its one-shot example(s), then the task. The words at a larger size
         are those of a smaller one and more; the common words are the same at every size."""
-        examples = []
-        for n in range(self.num_fewshot):
-            context, answer = self._list(Draws("ruler-cwe", self.seed, self.sample, "example", n), *self.example_counts)
-            examples.append(self.template.format(context=context) + self.answer_prefix + " " + numbered(answer))
-        context, common = self._list(Draws("ruler-cwe", self.seed, self.sample, "words"), size, *self.counts)
+        context, common = self._list(self._words, size, *self.counts)
         return Built(
-            text="\n".join(examples) + "\n" + self.template.format(context=context),
+            text=self._examples + "\n" + self.template.format(context=context),
             answer_prefix=self.answer_prefix,
             expected=common,
             data={"words": size},

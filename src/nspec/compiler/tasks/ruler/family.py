@@ -104,18 +104,35 @@ def essay() -> Essay:
 def _corpus(dataset: str, path: str) -> qa.Corpus:
     """The data set at ``path``, read once per process while the file stays as it was (the tasks of a sweep read
     the same one; a process compiling specs of several folders may meet another file by the same relative name)."""
+    return _read_corpus(dataset, path, _stamp(path))
+
+
+def _digest(path: str) -> str:
+    """The SHA-256 of the file at ``path``, read once per process while the file stays as it was (validate and
+    compile make the same tasks)."""
+    return _file_digest(path, _stamp(path))
+
+
+def _stamp(path: str) -> tuple[str, int, int] | None:
+    """What tells the file at ``path`` from another, or from itself changed; None if it is missing."""
     try:
         info = os.stat(path)
     except OSError:
-        return _read_corpus(dataset, path, None)  # missing: `read_corpus` says where to get it
-    return _read_corpus(dataset, path, (os.path.realpath(path), info.st_size, info.st_mtime_ns))
+        return None
+    return os.path.realpath(path), info.st_size, info.st_mtime_ns
 
 
 @functools.cache
 def _read_corpus(dataset: str, path: str, stamp: tuple[str, int, int] | None) -> qa.Corpus:
     from nspec.compiler.tasks.ruler.datasets import read_corpus
 
-    return read_corpus(dataset, path)
+    return read_corpus(dataset, path)  # a missing file: `read_corpus` says where to get it
+
+
+@functools.cache
+def _file_digest(path: str, stamp: tuple[str, int, int] | None) -> str:
+    with open(path, "rb") as data:
+        return hashlib.file_digest(data, "sha256").hexdigest()
 
 
 def data_file(params: Mapping[str, Any], dataset: str, base_dir: str) -> str:
@@ -181,8 +198,7 @@ class RulerCells(Task):
                     f"{self.name}: grid.trials is {trials}, but {path} has {len(corpus.questions):,} questions RULER "
                     "asks (one per sample)",
                 )
-            with open(path, "rb") as data:
-                self.inputs_digest = hashlib.file_digest(data, "sha256").hexdigest()
+            self.inputs_digest = _digest(path)
         elif self.task.kind == "fwe":
             alpha = self.params.get("alpha", 2.0)
             for length in grid_axes.context_lengths(setup.grid["context_lengths"]):

@@ -21,12 +21,13 @@ from there up (before that it grew by 10). HotpotQA needs at least its 10 gold d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nspec.compiler.draws import Draws
-from nspec.compiler.tasks.ruler.sampling import distinct_indices, fixed_order
+from nspec.compiler.tasks.ruler.sampling import DistinctIndices, fixed_order
 from nspec.compiler.tasks.sizing import Built
 
 TEMPLATE = (
@@ -112,12 +113,21 @@ class QuestionAnswering:
         if size < len(gold):
             raise ValueError(f"{size} documents cannot hold the question's {len(gold)} gold ones")
         if size - len(gold) <= len(related):
-            draws = Draws("ruler-qa", self.seed, self.sample, "related")
-            return gold + [related[i] for i in distinct_indices(draws, len(related), size - len(gold))]
-        taken = set(gold + related)
-        rest = [i for i in range(len(documents)) if i not in taken]
-        draws = Draws("ruler-qa", self.seed, self.sample, "rest")
-        return gold + related + [rest[i] for i in distinct_indices(draws, len(rest), size - len(gold) - len(related))]
+            return gold + [related[i] for i in self._related.first(size - len(gold))]
+        rest, drawn = self._rest
+        return gold + related + [rest[i] for i in drawn.first(size - len(gold) - len(related))]
+
+    @functools.cached_property
+    def _related(self) -> DistinctIndices:
+        """The draws of the question's article's other documents: the same at every size."""
+        return DistinctIndices(Draws("ruler-qa", self.seed, self.sample, "related"), len(self.question.related))
+
+    @functools.cached_property
+    def _rest(self) -> tuple[list[int], DistinctIndices]:
+        """The documents neither gold nor related, and the draws of them: the same at every size."""
+        taken = {*self.question.gold, *self.question.related}
+        rest = [i for i in range(len(self.corpus.documents)) if i not in taken]
+        return rest, DistinctIndices(Draws("ruler-qa", self.seed, self.sample, "rest"), len(rest))
 
     def build(self, size: int) -> Built:
         """The sample with ``size`` documents; a larger size holds the documents of a smaller one and more."""

@@ -15,15 +15,28 @@ def distinct_indices(draws: Draws, n: int, k: int) -> list[int]:
     """``k`` distinct indices of ``range(n)``, uniformly: the first ``k`` places of a Fisher-Yates shuffle run from the
     front, in ``k`` draws whatever ``n`` is. The same ``draws`` key and ``n`` give a list whose first ``k`` entries
     are the same for every larger ``k``."""
-    if not 0 <= k <= n:
-        raise ValueError(f"cannot draw {k} distinct indices of {n}")
-    moved: dict[int, int] = {}  # the places the shuffle has swapped so far; the rest still hold their own index
-    out = []
-    for i in range(k):
-        j = i + draws.below(n - i)
-        out.append(moved.get(j, j))
-        moved[j] = moved.get(i, i)
-    return out
+    return DistinctIndices(draws, n).first(k)
+
+
+class DistinctIndices:
+    """`distinct_indices` of ``draws`` and ``n`` for any ``k``, each index drawn once: a sample built at several
+    sizes draws only what its largest size adds."""
+
+    def __init__(self, draws: Draws, n: int) -> None:
+        self.draws, self.n = draws, n
+        self._drawn: list[int] = []
+        self._moved: dict[int, int] = {}  # the places the shuffle has swapped so far; the rest hold their own index
+
+    def first(self, k: int) -> list[int]:
+        """The first ``k`` indices."""
+        n, drawn, moved, below = self.n, self._drawn, self._moved, self.draws.below
+        if not 0 <= k <= n:
+            raise ValueError(f"cannot draw {k} distinct indices of {n}")
+        for i in range(len(drawn), k):
+            j = i + below(n - i)
+            drawn.append(moved.get(j, j))
+            moved[j] = moved.get(i, i)
+        return drawn[:k]
 
 
 def permutation(draws: Draws, n: int) -> list[int]:
