@@ -180,8 +180,14 @@ def test_the_emulator_s_lists_speak_each_provider_s_shape(emulator):
 
     groq = openai.OpenAI(api_key="k", base_url=emu.groq_base_url, max_retries=0)
     assert [m.id for m in groq.models.list()] == listed("groq", extra)
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as groq_refused:
         openai.OpenAI(api_key="x", base_url=emu.groq_base_url, max_retries=0).models.list()
+    refusal = groq_refused.value.body
+    assert {k: refusal[k] for k in ("message", "type", "code")} == {  # Groq's 401, as its API answers it
+        "message": "Invalid API Key",
+        "type": "invalid_request_error",
+        "code": "invalid_api_key",
+    }
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -38,6 +38,16 @@ def _authenticate(request: Request, expected: str | None) -> None:
         )
 
 
+def _groq_authenticate(request: Request, expected: str | None) -> None:
+    """OpenAI's check, in Groq's words for a key it does not know: `Invalid API Key` (the same type and code)."""
+    try:
+        _authenticate(request, expected)
+    except ApiError as refused:
+        if refused.message != "Incorrect API key provided.":
+            raise
+        raise ApiError(401, refused.kind, "Invalid API Key", code=refused.code) from None
+
+
 def _error_body(error: ApiError, request_id: str) -> tuple[dict[str, Any], dict[str, str]]:
     body = {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": error.code}}
     return body, {"x-request-id": request_id}
@@ -111,7 +121,7 @@ FLEX_UNAVAILABLE = ApiError(
     "Resource Unavailable: flex capacity is exhausted. Please retry later.",
     code="resource_unavailable",
 )
-DIALECTS = (DIALECT, AZURE_DIALECT, replace(DIALECT, name=GROQ.name, prefix="/groq/"))
+DIALECTS = (DIALECT, AZURE_DIALECT, replace(DIALECT, name=GROQ.name, prefix="/groq/", authenticate=_groq_authenticate))
 
 
 def routes(api: Api) -> list[Route]:
