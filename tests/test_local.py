@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
 
@@ -156,6 +157,18 @@ def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkey
     grown = model.complete(longer, ordered[0]["custom_id"])["choices"][0]
     assert model.context == 1024 and model.reused_tokens == read  # loaded again: its cache new, the prompt read whole
     assert grown["logprobs"]["content"][:3] == reused[0][0]["logprobs"]["content"]
+
+
+def test_several_slots_share_the_trained_context():
+    """With two slots their requests run at once in one context: the engine is loaded with the trained context,
+    not one sized to a prompt (two prompts that each fit 512 tokens overflow it together)."""
+    model = local.Engine(model_file("gemma-3-270m"), slots=2, context=512)
+    assert model.context == model.trained == 32_768 and not model.reuse
+    body = chat(needle_prompt(5, "4021977"), max_tokens=20)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(model.complete, [body, body], ["s1", "s2"]))
+    assert all(d["usage"]["total_tokens"] <= 512 for d in done)
+    assert sum(d["usage"]["total_tokens"] for d in done) > 512
 
 
 def test_output_lines_are_openai_batch_output():

@@ -23,6 +23,7 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
 - Parallelism. Every core works on each request (prompt processing is compute-bound). The model's
   `rate_limits.concurrency` sets how many requests run at once (default 1): on two cores two at once gained nothing
   (`bench/local.py`) and made answers depend on their batch neighbours; with more cores or a GPU build, more pay.
+  Several slots share the trained context, with llama.cpp's own cache layout and no prefix reuse.
 - Tokens. `tokenizer` gives the compiler the model's own tokenizer (llama.cpp's, through the engine's loopback
   endpoint, guarded by a per-process key), so local prompts are fitted with exact counts.
 """
@@ -30,6 +31,7 @@ vLLM's `run-batch` answers them on a GPU, so nspec runs end to end with no accou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -197,22 +199,26 @@ def _logprob(token: dict[str, Any]) -> dict[str, Any]:
 
 
 class Engine:
-    """One GGUF model loaded by llama.cpp, answering chat requests in-process. With ``reuse`` (the default, with one
-    slot) a prompt reads from the KV cache the whole micro-batches it shares with the previous prompt; without, every
-    prompt is read whole. The answers are the same either way (see the module's doc)."""
+    """One GGUF model loaded by llama.cpp, answering chat requests in-process. With one slot, its cache is laid out
+    for exact reuse and its context sized to the prompts; with ``reuse`` (the default) a prompt reads from the KV
+    cache the whole micro-batches it shares with the previous prompt, without it every prompt is read whole, and the
+    answers are the same either way (see the module's doc). With several slots, whose requests are batched together
+    (an answer then depends on its neighbours), it is the engine as it was before reuse: the trained context shared
+    by the slots, llama.cpp's own cache layout, every prompt read whole."""
 
     def __init__(
         self, path: Path, slots: int = 1, reuse: bool = True, ubatch: int = UBATCH, context: int = MIN_CONTEXT
     ) -> None:
         self._xllamacpp = _xllamacpp()
-        # Several slots batch their requests together: an answer then depends on its neighbours, reused or not.
         self.path, self.slots, self.ubatch, self.reuse = path, slots, ubatch, reuse and slots == 1
         self.trained = trained_context(path)
         self.reused_tokens = 0  # prompt tokens read from the cache, not evaluated, in all
         self._key = secrets.token_hex(16)  # the runtime also listens on a loopback port: only this process knows it
-        self._order = threading.Lock()  # a prompt's cut of the cache and its reading, together
-        self._loading = threading.Lock()
-        self._load(min(context, self.trained))
+        self._order = threading.Lock()  # one slot: a prompt's cut of the cache and its reading, one prompt at a time
+        self._state = threading.Condition()  # the requests on the server, which a load waits for
+        self._on_server = 0
+        self._growing = False
+        self._load(min(context, self.trained) if slots == 1 else self.trained)
 
     def _load(self, context: int) -> None:
         """Load the model with a context of ``context`` tokens (its keys and values take memory in proportion)."""
@@ -221,11 +227,12 @@ class Engine:
         params.n_ctx = context
         params.n_parallel = self.slots
         params.kv_unified = True  # the slots share that context
-        # Reuse keeps a prompt's cache as a fresh read leaves it: the sliding-window layers' cache whole (each position
-        # in its own cell, as in the other layers), no checkpoints of it, no copies of past prompts in host memory.
-        params.swa_full = True
-        params.n_ctx_checkpoints = 0
-        params.cache_ram_mib = 0
+        if self.slots == 1:
+            # Reuse keeps a prompt's cache as a fresh read leaves it: the sliding-window layers' cache whole (each
+            # position in its own cell, as in the other layers), no checkpoints of it, no copies of past prompts.
+            params.swa_full = True
+            params.n_ctx_checkpoints = 0
+            params.cache_ram_mib = 0
         # A logical batch of one micro-batch: the unit a reused prefix is cut to, and the prompt's progress is
         # reported after each, seconds apart.
         params.n_batch = params.n_ubatch = self.ubatch
@@ -240,12 +247,28 @@ class Engine:
         self._server = self._xllamacpp.Server(params)
         self._address = self._server.listening_address
 
-    def _room_for(self, tokens: int) -> None:
-        """A context of at least ``tokens`` (up to the trained one): the model loaded again with the next power of two
-        when it has less. Answers do not depend on the context's size, only on the positions read."""
-        with self._loading:
+    @contextlib.contextmanager
+    def _on(self, tokens: int = 0) -> Iterator[None]:
+        """One request on the server, of ``tokens`` (its prompt and answer): when the context holds fewer (up to the
+        trained one), the model is loaded again first with the next power of two, once the requests in flight end
+        (a request on the server it replaces would fail). Answers do not depend on the context's size."""
+        with self._state:
+            self._state.wait_for(lambda: not self._growing)
             if tokens > self.context and self.context < self.trained:
-                self._load(min(self.trained, 1 << (tokens - 1).bit_length()))
+                self._growing = True
+                try:
+                    self._state.wait_for(lambda: self._on_server == 0)
+                    self._load(min(self.trained, 1 << (tokens - 1).bit_length()))
+                finally:
+                    self._growing = False
+                    self._state.notify_all()
+            self._on_server += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._on_server -= 1
+                self._state.notify_all()
 
     def complete(
         self, body: dict[str, Any], key: str, progress: Callable[[int, int], None] | None = None
@@ -254,13 +277,15 @@ class Engine:
         ``progress(processed, total)`` hears how far the prompt is read, after each batch of its tokens."""
         prompt, settings = completion_prompt(body.get("messages") or []), _sampling(body, key)
         tokens = self._tokenized(prompt, bos=True, with_pieces=False)
-        self._room_for(len(tokens) + settings["n_predict"])
-        if self.reuse:
-            with self._order:
+        with (
+            self._order if self.slots == 1 else contextlib.nullcontext(),
+            self._on(len(tokens) + settings["n_predict"]),
+        ):
+            if self.reuse:
                 answer = self._read_reusing(tokens, settings, progress)
-        else:
-            self._cached = []  # the prompt read whole is not kept track of
-            answer = self._streamed({"prompt": tokens, **settings, "cache_prompt": False}, progress)
+            else:
+                self._cached = []  # the prompt read whole is not kept track of
+                answer = self._streamed({"prompt": tokens, **settings, "cache_prompt": False}, progress)
         usage = answer.usage
         self.reused_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         logprobs = None
@@ -362,13 +387,13 @@ class Engine:
 
     def _tokenized(self, text: str, bos: bool, with_pieces: bool) -> list[Any]:
         """llama.cpp's tokens of ``text`` (ids, or ids with their pieces), as a completion reads it with ``bos``."""
-        request = urllib.request.Request(
-            self._address + "/tokenize",
-            data=json.dumps({"content": text, "add_special": bos, "with_pieces": with_pieces}).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._key}"},
-        )
-        with urllib.request.urlopen(request) as response:
-            return list(json.load(response)["tokens"])
+        data = json.dumps({"content": text, "add_special": bos, "with_pieces": with_pieces}).encode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._key}"}
+        with (
+            self._on(),
+            urllib.request.urlopen(urllib.request.Request(self._address + "/tokenize", data, headers)) as got,
+        ):
+            return list(json.load(got)["tokens"])
 
 
 _engines: dict[tuple[str, int], Engine] = {}
