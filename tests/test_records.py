@@ -90,6 +90,22 @@ def test_jsonl_lines_are_stable_and_written_whole(tmp_path):
     assert list(jsonl.read(tmp_path / "absent.jsonl")) == []
 
 
+def test_a_shard_request_is_read_again_by_its_offset_and_only_as_its_own(tmp_path):
+    from nspec.errors import UserError
+    from nspec.runners.run_store import located_shard_requests, shard_request_at
+
+    shard = tmp_path / "shard.jsonl"
+    shard.write_bytes(b'{"custom_id":"a","body":{"n":1}}\n\n{"custom_id":"b","body":{"n":2}}\n')
+    located = list(located_shard_requests(shard))
+    assert [(offset, cid) for offset, cid, _ in located] == [(0, "a"), (34, "b")]  # the blank line counted
+    assert all(shard_request_at(shard, offset, cid) == line for offset, cid, line in located)
+    shard.write_bytes(b'{"custom_id":"b","body":{"n":2}}\n')  # changed since it was read
+    with pytest.raises(UserError, match="changed while its requests were sent"):
+        shard_request_at(shard, 34, "b")
+    with pytest.raises(UserError, match="byte 0 no longer starts a's line"):
+        shard_request_at(shard, 0, "a")
+
+
 def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
     from nspec.errors import UserError
 

@@ -225,17 +225,25 @@ def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
         yield request_id(request), line
 
 
-def located_shard_lines(path: Path) -> Iterator[tuple[int, str, bytes]]:
-    """(byte offset, custom_id, raw line) of a request shard, streamed: `shard_line_at` reads a line again."""
-    for offset, request, line in jsonl.read_raw(path):
-        yield offset, request_id(request), line
+def located_shard_requests(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(byte offset, custom_id, request) of a request shard, streamed: `shard_request_at` reads one again."""
+    for offset, request, _ in jsonl.read_raw(path):
+        yield offset, request_id(request), request
 
 
-def shard_line_at(path: Path, offset: int) -> bytes:
-    """The raw line of a request shard that starts at byte ``offset``."""
+def shard_request_at(path: Path, offset: int, custom_id: str) -> dict[str, Any]:
+    """The request of ``custom_id`` in a shard, whose line starts at byte ``offset``; refused when that line is no
+    longer its own (the shard changed since it was read)."""
     with open(path, "rb") as fh:
         fh.seek(offset)
-        return fh.readline()
+        line = fh.readline()
+    try:
+        request = json.loads(line)
+        if request_id(request) == custom_id:
+            return dict(request)
+    except (ValueError, KeyError, AttributeError):
+        pass
+    raise UserError(f"{path}: changed while its requests were sent (byte {offset} no longer starts {custom_id}'s line)")
 
 
 def register_shards(run: Run, ledger: Ledger, stage: str, models: list[RunModel], state: str = "planned") -> None:

@@ -31,13 +31,13 @@ from nspec.runners.run_store import (
     cell_ids,
     check_results,
     drop_results,
-    located_shard_lines,
+    located_shard_requests,
     lost_results,
     reconcile,
     record_outcome,
     register_shards,
-    shard_line_at,
     shard_lines,
+    shard_request_at,
 )
 
 # Modes whose requests go one by one from this process: live calls (flex ones too), and the local engine.
@@ -289,17 +289,17 @@ class Session:
             api = provider(model.provider)
             keyed: list[tuple[bytes, int, int, str]] = []  # key, shard, offset: ties keep the compiled order
             for shard, s in enumerate(model.shards):
-                for offset, cid, raw in located_shard_lines(self.run.path / s["file"]):
-                    if cid in ids:
-                        line = json.loads(raw)
-                        key = api.send_key(line)
-                        if key is None:
-                            yield LiveRequest(cid, label, model.provider, line, ids[cid])
-                        else:
-                            keyed.append((key, shard, offset, cid))
+                for offset, cid, line in located_shard_requests(self.run.path / s["file"]):
+                    if cid not in ids:
+                        continue
+                    key = api.send_key(line)
+                    if key is None:
+                        yield LiveRequest(cid, label, model.provider, line, ids[cid])
+                    else:
+                        keyed.append((key, shard, offset, cid))
             keyed.sort()
             for _, shard, offset, cid in keyed:
-                line = json.loads(shard_line_at(self.run.path / model.shards[shard]["file"], offset))
+                line = shard_request_at(self.run.path / model.shards[shard]["file"], offset, cid)
                 yield LiveRequest(cid, label, model.provider, line, ids[cid])
 
     def _request_sizes(self, by_model: dict[str, dict[str, int]]) -> None:
