@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import textwrap
 from collections.abc import Callable, Iterator
@@ -9,9 +11,12 @@ import pytest
 from hypothesis import settings
 
 from nspec.cli import main
+from nspec.errors import UserError
 from nspec.runners.emulator import Emulator, EmulatorConfig
 from nspec.runners.emulator.config import Timing
 from nspec.runners.providers import SDK_RETRIES_ENV
+from nspec.runners.providers.local import EMBEDDED_MODEL, model_file
+from nspec.runners.report.page import vega_bundle
 from tests import standins
 
 # Property tests draw the same examples on every run and machine (from each test's name): a fresh clone's CI meets
@@ -118,16 +123,38 @@ def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True, scope="session")
-def local_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The local model file assembled into a cache folder of the session's own (subprocesses inherit it), and
-    stand-ins for the data sets nspec fetches in it (`tests.standins`), pinned in place of the real ones: the shipped
-    specs that name them (NIAN's files, SQuAD, HotpotQA, `corpus: paul-graham`) validate, plan and compile offline,
-    on texts of our own in the same formats."""
+def local_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A cache folder of the session's own (subprocesses inherit it) with stand-ins for the data sets nspec fetches
+    in it (`tests.standins`), pinned in place of the real ones: the shipped specs that name them (NIAN's files,
+    SQuAD, HotpotQA, `corpus: paul-graham`) validate, plan and compile offline, on texts of our own in the same
+    formats. Under xdist, each worker's folder also holds the files nspec builds in its cache that no test changes,
+    built once for all the workers (`built_once`)."""
     folder = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NSPEC_CACHE_DIR", str(folder))
         standins.install(folder, patch, standins.files())
+        if hasattr(request.config, "workerinput"):  # the workers' folders share a parent of this session's own
+            built_once(tmp_path_factory.getbasetemp().parent / "built-once", folder)
         yield
+
+
+def built_once(shared: Path, folder: Path) -> None:
+    """The embedded model (assembled and checked: about a second) and the report's script (bundled by vl-convert:
+    about 1.5 s), built in ``shared`` by the first worker while the others wait, and linked into ``folder``: each
+    worker built both before."""
+    shared.mkdir(exist_ok=True)
+    with (shared / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("NSPEC_CACHE_DIR", str(shared))
+            with contextlib.suppress(UserError):  # no local extra: its tests skip or fail on their own
+                model_file(EMBEDDED_MODEL)
+            vega_bundle.cache_clear()
+            vega_bundle()
+            vega_bundle.cache_clear()  # a test that calls it finds its worker's folder
+    for path in shared.iterdir():
+        if not path.name.startswith("."):
+            os.link(path, folder / path.name)
 
 
 @pytest.fixture

@@ -113,7 +113,7 @@ def test_prefix_order_sends_prompts_sharing_a_prefix_together():
 
 
 # Sentences of a haystack: prompts made of them share a prefix up to their needle.
-SENTENCES = [f"Sentence {i} of the long and quiet story about Highbury, its people and their days." for i in range(12)]
+SENTENCES = [f"Sentence {i} of the long and quiet story about Highbury, its people and their days." for i in range(6)]
 
 
 def needle_prompt(at: int | None, number: str) -> str:
@@ -124,15 +124,15 @@ def needle_prompt(at: int | None, number: str) -> str:
 
 
 def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkeypatch):
-    """Prompts sharing prefixes that end inside micro-batches, in prefix order, on an engine evaluating 64 tokens at
-    a time (prompts of ~230 tokens cross three boundaries): with reuse each reads from the cache the whole
+    """Prompts sharing prefixes that end inside micro-batches, in prefix order, on an engine evaluating 32 tokens at
+    a time (prompts of ~130 tokens cross three boundaries): with reuse each reads from the cache the whole
     micro-batches it shares with the one before and evaluates the rest in a fresh read's micro-batches. The answers
     and every log-probability are those of the prompts read whole, those of a run resumed from another cache, and
     those of an engine loaded again with a larger context."""
-    model = local.Engine(model_file("gemma-3-270m"), ubatch=64, context=256)
+    model = local.Engine(model_file("gemma-3-270m"), ubatch=32, context=128)
     lines = [
         {"custom_id": f"c{at}", "body": chat(needle_prompt(at, n), max_tokens=3, logprobs=True)}
-        for at, n in [(9, "7301944"), (4, "2184096"), (7, "6618023")]
+        for at, n in [(5, "7301944"), (2, "2184096"), (4, "6618023")]
     ]
     ordered = sorted(lines, key=local.prefix_key)
 
@@ -142,33 +142,33 @@ def test_answers_do_not_depend_on_prefix_reuse_nor_on_what_the_cache_held(monkey
     tokens = [[t for t, _ in model.tokenize(completion_prompt(line["body"]["messages"]))] for line in ordered]
     # The tokens each prompt shares with the one before, BOS included.
     shared = [1 + next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y) for a, b in pairwise(tokens)]
-    assert min(shared) > 64 and all(n % 64 for n in shared)  # each shares a prefix that ends inside a micro-batch
+    assert min(shared) > 32 and all(n % 32 for n in shared)  # each shares a prefix that ends inside a micro-batch
     reused = answers(ordered)
-    assert model.reused_tokens == sum(n // 64 * 64 for n in shared)  # whole micro-batches only
+    assert model.reused_tokens == sum(n // 32 * 32 for n in shared)  # whole micro-batches only
     assert reused[0][0]["logprobs"]["content"][0]["logprob"] < 0
     monkeypatch.setattr(model, "reuse", False)
     assert answers(ordered) == reused
-    assert model.reused_tokens == sum(n // 64 * 64 for n in shared)  # every prompt read whole
+    assert model.reused_tokens == sum(n // 32 * 32 for n in shared)  # every prompt read whole
     monkeypatch.setattr(model, "reuse", True)
-    model.complete(chat(needle_prompt(11, "1234567")), "other")  # a resumed run: the cache holds another prompt
+    model.complete(chat(needle_prompt(6, "1234567")), "other")  # a resumed run: the cache holds another prompt
     assert answers(ordered[1:]) == reused[1:]
-    longer = {**ordered[0]["body"], "max_tokens": 300, "stop": ["."]}  # the prompt and 300 tokens: past 256
+    longer = {**ordered[0]["body"], "max_tokens": 150, "stop": ["."]}  # the prompt and 150 tokens: past 128
     read = model.reused_tokens
     grown = model.complete(longer, ordered[0]["custom_id"])["choices"][0]
-    assert model.context == 1024 and model.reused_tokens == read  # loaded again: its cache new, the prompt read whole
+    assert model.context == 512 and model.reused_tokens == read  # loaded again: its cache new, the prompt read whole
     assert grown["logprobs"]["content"][:3] == reused[0][0]["logprobs"]["content"]
 
 
 def test_several_slots_share_the_trained_context():
     """With two slots their requests run at once in one context: the engine is loaded with the trained context,
-    not one sized to a prompt (two prompts that each fit 512 tokens overflow it together)."""
-    model = local.Engine(model_file("gemma-3-270m"), slots=2, context=512)
+    not one sized to a prompt (two prompts that each fit 256 tokens overflow it together)."""
+    model = local.Engine(model_file("gemma-3-270m"), slots=2, context=256)
     assert model.context == model.trained == 32_768 and not model.reuse
     body = chat(needle_prompt(5, "4021977"), max_tokens=20)
     with ThreadPoolExecutor(2) as pool:
         done = list(pool.map(model.complete, [body, body], ["s1", "s2"]))
-    assert all(d["usage"]["total_tokens"] <= 512 for d in done)
-    assert sum(d["usage"]["total_tokens"] for d in done) > 512
+    assert all(d["usage"]["total_tokens"] <= 256 for d in done)
+    assert sum(d["usage"]["total_tokens"] for d in done) > 256
 
 
 def test_output_lines_are_openai_batch_output():
