@@ -122,6 +122,20 @@ def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
         list(jsonl.read(path))
 
 
+def test_a_damaged_request_shard_line_is_named(tmp_path):
+    """A request shard is read whole before it is sent: a line cut off or damaged there is the file's fault, named
+    with its line, not a crash."""
+    from nspec.errors import UserError
+
+    path = tmp_path / "shard.jsonl"
+    path.write_bytes(b'{"custom_id": "a"}\n\n{"custom_id": "b", "bo')  # cut off
+    with pytest.raises(UserError, match=r"shard.jsonl:3: not a JSON line; the file is damaged"):
+        list(jsonl.read_raw(path))
+    path.write_bytes(b'{"custom_id": "a"}\n{"custom_id": "\x01"}\n{"custom_id": "c"}\n')
+    with pytest.raises(UserError, match=r"shard.jsonl:2: not a JSON line; the file is damaged"):
+        list(jsonl.read_raw(path))
+
+
 def test_a_line_index_finds_records_by_cell_id_through_hash_collisions_and_torn_lines(tmp_path):
     from nspec.runners.run_store import LineIndex
 
