@@ -134,6 +134,13 @@ def test_a_damaged_request_shard_line_is_named(tmp_path):
     path.write_bytes(b'{"custom_id": "a"}\n{"custom_id": "\x01"}\n{"custom_id": "c"}\n')
     with pytest.raises(UserError, match=r"shard.jsonl:2: not a JSON line; the file is damaged"):
         list(jsonl.read_raw(path))
+    from nspec.runners.run_store import located_shard_requests, shard_lines
+
+    for line in (b"5", b'{"body": {}}', b'{"custom_id": 7}'):  # JSON, but no request line
+        path.write_bytes(b'{"custom_id": "a"}\n' + line + b"\n")
+        for read in (shard_lines, located_shard_requests):
+            with pytest.raises(UserError, match=r"shard.jsonl: byte 19 starts no request line \(no custom_id\)"):
+                list(read(path))
 
 
 def test_a_line_index_finds_records_by_cell_id_through_hash_collisions_and_torn_lines(tmp_path):

@@ -221,14 +221,25 @@ def _holder(fh: IO[str]) -> str:
 
 def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
     """(custom_id, raw line) of a request shard, streamed."""
-    for _, request, line in jsonl.read_raw(path):
-        yield request_id(request), line
+    for _, cid, _, line in _shard_requests(path):
+        yield cid, line
 
 
 def located_shard_requests(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(byte offset, custom_id, request) of a request shard, streamed: `shard_request_at` reads one again."""
-    for offset, request, _ in jsonl.read_raw(path):
-        yield offset, request_id(request), request
+    for offset, cid, request, _ in _shard_requests(path):
+        yield offset, cid, request
+
+
+def _shard_requests(path: Path) -> Iterator[tuple[int, str, dict[str, Any], bytes]]:
+    """(byte offset, custom_id, request, raw line) of a request shard; a line with no id is the file's damage."""
+    for offset, request, line in jsonl.read_raw(path):
+        try:
+            cid = request_id(request)
+        except (KeyError, AttributeError):
+            damaged = f"{path}: byte {offset} starts no request line (no custom_id); the file is damaged"
+            raise UserError(damaged) from None
+        yield offset, cid, request, line
 
 
 def shard_request_at(path: Path, offset: int, custom_id: str) -> dict[str, Any]:
