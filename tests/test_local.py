@@ -187,6 +187,28 @@ def test_output_lines_are_openai_batch_output():
     }
 
 
+@pytest.mark.parametrize(
+    ("body", "prompt"),
+    [
+        pytest.param(None, None, id="no body"),
+        pytest.param(5, None, id="a body that is no object"),
+        pytest.param({"messages": "Hi"}, None, id="messages that are no list"),
+        pytest.param({"messages": [5]}, None, id="a message that is no object"),
+        pytest.param({**chat("Hi"), "max_tokens": "many"}, "Hi", id="max_tokens no number"),
+        pytest.param({**chat("Hi"), "logprobs": True, "top_logprobs": "all"}, "Hi", id="top_logprobs no number"),
+        pytest.param({**chat("Hi"), "seed": 2**70}, "Hi", id="a seed past 64 bits"),
+    ],
+)
+def test_a_line_that_is_no_chat_request_is_answered_with_its_error(body, prompt):
+    """A request line edited by hand into no chat request is answered with a 400 result, as a provider would answer
+    it, not a crash of the run; when its prompt cannot be read, its key (empty) sends it first."""
+    line = {"custom_id": "x"} if body is None else {"custom_id": "x", "body": body}
+    assert local.prefix_key(line) == (b"" if prompt is None else local.prefix_key({"body": chat(prompt)}))
+    answered = engine("gemma-3-270m").output_line(line)
+    assert answered["response"]["status_code"] == 400
+    assert parse_openai(answered).error["code"] == "invalid_request"
+
+
 def test_sampling_without_a_seed_is_reproducible_per_request():
     model = engine("gemma-3-270m")
     body = chat("Once upon a time", prefill=None, temperature=1.0, max_tokens=6)
