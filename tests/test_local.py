@@ -171,6 +171,37 @@ def test_several_slots_share_the_trained_context():
     assert sum(d["usage"]["total_tokens"] for d in done) > 256
 
 
+# The growth of a process's peak memory when its engine is loaded again with a larger context.
+GROWN_PEAK = """
+import json, resource, sys
+from nspec.runners.providers.local import Engine, model_file
+def peak():  # bytes
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+model = Engine(model_file("gemma-3-270m"), context=128)
+small, large = map(json.loads, sys.argv[1:])
+model.complete(small, "first")
+before = peak()
+model.complete(large, "grow")
+print(model.context, peak() - before)
+"""
+
+
+def test_an_engine_loaded_again_lets_the_model_before_go_first():
+    """Loading the model again with a larger context lets the one loaded before go first: held both at once, the
+    process would take the memory of two models at its peak (320 MB more here; gigabytes for a larger model)."""
+    small, large = chat("Hi", max_tokens=1), chat(needle_prompt(5, "4021977"), max_tokens=3)
+    grown = subprocess.run(
+        [sys.executable, "-c", GROWN_PEAK, json.dumps(small), json.dumps(large)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    context, growth = map(int, grown.stdout.split())
+    assert context == 256  # loaded again
+    assert growth < 150e6  # bytes: its larger cache, not a second model
+
+
 def test_output_lines_are_openai_batch_output():
     model = engine("gemma-3-270m")
     ok = model.output_line({"custom_id": "a", "body": chat(f"{HAYSTACK}\n\nWhat is the special magic number?")})

@@ -234,6 +234,7 @@ class Engine:
         self._order = threading.Lock()  # one slot: a prompt's cut of the cache and its reading, one prompt at a time
         self._state = threading.Condition()  # the requests on the server, which a load waits for
         self._on_server = 0
+        self._server: Any = None
         self._growing = False
         self._load(min(context, self.trained) if slots == 1 else self.trained)
 
@@ -261,6 +262,7 @@ class Engine:
         params.api_keys = [self._key]
         self.context = context
         self._cached: list[int] = []  # the prompt whose keys and values the slot holds
+        self._server = None  # the model loaded before is let go first: both at once would take the memory of two
         self._server = self._xllamacpp.Server(params)
         self._address = self._server.listening_address
 
