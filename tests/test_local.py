@@ -171,6 +171,37 @@ def test_several_slots_share_the_trained_context():
     assert sum(d["usage"]["total_tokens"] for d in done) > 256
 
 
+# The growth of a process's peak memory when its engine is loaded again with a larger context.
+GROWN_PEAK = """
+import json, resource, sys
+from nspec.runners.providers.local import Engine, model_file
+def peak():  # bytes
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+model = Engine(model_file("gemma-3-270m"), context=128)
+small, large = map(json.loads, sys.argv[1:])
+model.complete(small, "first")
+before = peak()
+model.complete(large, "grow")
+print(model.context, peak() - before)
+"""
+
+
+def test_an_engine_loaded_again_lets_the_model_before_go_first():
+    """Loading the model again with a larger context lets the one loaded before go first: held both at once, the
+    process would take the memory of two models at its peak (320 MB more here; gigabytes for a larger model)."""
+    small, large = chat("Hi", max_tokens=1), chat(needle_prompt(5, "4021977"), max_tokens=3)
+    grown = subprocess.run(
+        [sys.executable, "-c", GROWN_PEAK, json.dumps(small), json.dumps(large)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    context, growth = map(int, grown.stdout.split())
+    assert context == 256  # loaded again
+    assert growth < 150e6  # bytes: its larger cache, not a second model
+
+
 def test_output_lines_are_openai_batch_output():
     model = engine("gemma-3-270m")
     ok = model.output_line({"custom_id": "a", "body": chat(f"{HAYSTACK}\n\nWhat is the special magic number?")})
@@ -185,6 +216,28 @@ def test_output_lines_are_openai_batch_output():
         "code": "unsupported_parameter",
         "message": "the local engine does not support response_format",
     }
+
+
+@pytest.mark.parametrize(
+    ("body", "prompt"),
+    [
+        pytest.param(None, None, id="no body"),
+        pytest.param(5, None, id="a body that is no object"),
+        pytest.param({"messages": "Hi"}, None, id="messages that are no list"),
+        pytest.param({"messages": [5]}, None, id="a message that is no object"),
+        pytest.param({**chat("Hi"), "max_tokens": "many"}, "Hi", id="max_tokens no number"),
+        pytest.param({**chat("Hi"), "logprobs": True, "top_logprobs": "all"}, "Hi", id="top_logprobs no number"),
+        pytest.param({**chat("Hi"), "seed": 2**70}, "Hi", id="a seed past 64 bits"),
+    ],
+)
+def test_a_line_that_is_no_chat_request_is_answered_with_its_error(body, prompt):
+    """A request line edited by hand into no chat request is answered with a 400 result, as a provider would answer
+    it, not a crash of the run; when its prompt cannot be read, its key (empty) sends it first."""
+    line = {"custom_id": "x"} if body is None else {"custom_id": "x", "body": body}
+    assert local.prefix_key(line) == (b"" if prompt is None else local.prefix_key({"body": chat(prompt)}))
+    answered = engine("gemma-3-270m").output_line(line)
+    assert answered["response"]["status_code"] == 400
+    assert parse_openai(answered).error["code"] == "invalid_request"
 
 
 def test_sampling_without_a_seed_is_reproducible_per_request():

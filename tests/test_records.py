@@ -97,13 +97,18 @@ def test_a_shard_request_is_read_again_by_its_offset_and_only_as_its_own(tmp_pat
     shard = tmp_path / "shard.jsonl"
     shard.write_bytes(b'{"custom_id":"a","body":{"n":1}}\n\n{"custom_id":"b","body":{"n":2}}\n')
     located = list(located_shard_requests(shard))
-    assert [(offset, cid) for offset, cid, _ in located] == [(0, "a"), (34, "b")]  # the blank line counted
-    assert all(shard_request_at(shard, offset, cid) == line for offset, cid, line in located)
-    shard.write_bytes(b'{"custom_id":"b","body":{"n":2}}\n')  # changed since it was read
+    assert [(at.offset, cid) for at, cid, _ in located] == [(0, "a"), (34, "b")]  # the blank line counted
+    assert all(shard_request_at(shard, at, cid) == line for at, cid, line in located)
+    (a, _, _), (b, _, _) = located
+    shard.write_bytes(b'{"custom_id":"a","body":{"n":7}}\n\n{"custom_id":"b","body":{"n":2}}\n')  # in place
+    with pytest.raises(UserError, match="byte 0 no longer starts a's line as it was read"):
+        shard_request_at(shard, a, "a")
+    assert shard_request_at(shard, b, "b") == located[1][2]
+    shard.write_bytes(b'{"custom_id":"b","body":{"n":2}}\n')  # lines moved
     with pytest.raises(UserError, match="changed while its requests were sent"):
-        shard_request_at(shard, 34, "b")
+        shard_request_at(shard, b, "b")
     with pytest.raises(UserError, match="byte 0 no longer starts a's line"):
-        shard_request_at(shard, 0, "a")
+        shard_request_at(shard, a, "a")
 
 
 def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
@@ -120,6 +125,27 @@ def test_a_line_being_appended_is_left_out_and_a_damaged_one_is_named(tmp_path):
     path.write_bytes(b'{"cell_id": "a"}\n\n{"cell_id": "\xff"}\n')  # whole, but not UTF-8; blank lines counted
     with pytest.raises(UserError, match=r"results.jsonl:3: not a JSON line; the file is damaged"):
         list(jsonl.read(path))
+
+
+def test_a_damaged_request_shard_line_is_named(tmp_path):
+    """A request shard is read whole before it is sent: a line cut off or damaged there is the file's fault, named
+    with its line, not a crash."""
+    from nspec.errors import UserError
+
+    path = tmp_path / "shard.jsonl"
+    path.write_bytes(b'{"custom_id": "a"}\n\n{"custom_id": "b", "bo')  # cut off
+    with pytest.raises(UserError, match=r"shard.jsonl:3: not a JSON line; the file is damaged"):
+        list(jsonl.read_raw(path))
+    path.write_bytes(b'{"custom_id": "a"}\n{"custom_id": "\x01"}\n{"custom_id": "c"}\n')
+    with pytest.raises(UserError, match=r"shard.jsonl:2: not a JSON line; the file is damaged"):
+        list(jsonl.read_raw(path))
+    from nspec.runners.run_store import located_shard_requests, shard_lines
+
+    for line in (b"5", b'{"body": {}}', b'{"custom_id": 7}'):  # JSON, but no request line
+        path.write_bytes(b'{"custom_id": "a"}\n' + line + b"\n")
+        for read in (shard_lines, located_shard_requests):
+            with pytest.raises(UserError, match=r"shard.jsonl: byte 19 starts no request line \(no custom_id\)"):
+                list(read(path))
 
 
 def test_a_line_index_finds_records_by_cell_id_through_hash_collisions_and_torn_lines(tmp_path):

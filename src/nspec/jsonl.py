@@ -75,12 +75,17 @@ class _Lines:
 
 def read_raw(path: Path) -> Iterator[tuple[int, dict[str, Any], bytes]]:
     """Each record with its line's byte offset and exact bytes (request shards are re-sent byte for byte:
-    `jsonlines.Reader` gives the records only, so the lines are split here and decoded by the same codec)."""
+    `jsonlines.Reader` gives the records only, so the lines are split here and decoded by the same codec). A line
+    that is not JSON, a last one cut off too, is an error naming it: these files are written whole."""
     offset = 0
     with open(path, "rb") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, 1):
             if line.strip():
-                yield offset, orjson.loads(line), line
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    raise UserError(f"{path}:{number}: not a JSON line; the file is damaged") from None
+                yield offset, record, line
             offset += len(line)
 
 

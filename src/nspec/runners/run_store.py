@@ -6,6 +6,7 @@ import bisect
 import copy
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import re
@@ -221,29 +222,50 @@ def _holder(fh: IO[str]) -> str:
 
 def shard_lines(path: Path) -> Iterator[tuple[str, bytes]]:
     """(custom_id, raw line) of a request shard, streamed."""
-    for _, request, line in jsonl.read_raw(path):
-        yield request_id(request), line
+    for _, cid, _, line in _shard_requests(path):
+        yield cid, line
 
 
-def located_shard_requests(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """(byte offset, custom_id, request) of a request shard, streamed: `shard_request_at` reads one again."""
-    for offset, request, _ in jsonl.read_raw(path):
-        yield offset, request_id(request), request
+class LineAt(NamedTuple):
+    """Where a shard's line starts, and a digest of it: the line read there again must be the same."""
+
+    offset: int
+    digest: bytes
 
 
-def shard_request_at(path: Path, offset: int, custom_id: str) -> dict[str, Any]:
-    """The request of ``custom_id`` in a shard, whose line starts at byte ``offset``; refused when that line is no
-    longer its own (the shard changed since it was read)."""
+def _digest(line: bytes) -> bytes:
+    return hashlib.blake2b(line, digest_size=16).digest()
+
+
+def located_shard_requests(path: Path) -> Iterator[tuple[LineAt, str, dict[str, Any]]]:
+    """(where its line is, custom_id, request) of a request shard, streamed: `shard_request_at` reads one again."""
+    for offset, cid, request, line in _shard_requests(path):
+        yield LineAt(offset, _digest(line)), cid, request
+
+
+def _shard_requests(path: Path) -> Iterator[tuple[int, str, dict[str, Any], bytes]]:
+    """(byte offset, custom_id, request, raw line) of a request shard; a line with no id is the file's damage."""
+    for offset, request, line in jsonl.read_raw(path):
+        try:
+            cid = request_id(request)
+        except (KeyError, AttributeError):
+            damaged = f"{path}: byte {offset} starts no request line (no custom_id); the file is damaged"
+            raise UserError(damaged) from None
+        yield offset, cid, request, line
+
+
+def shard_request_at(path: Path, at: LineAt, custom_id: str) -> dict[str, Any]:
+    """The request of ``custom_id`` in a shard, whose line is ``at``; refused when that line is no longer the one
+    read there (the shard changed since)."""
     with open(path, "rb") as fh:
-        fh.seek(offset)
+        fh.seek(at.offset)
         line = fh.readline()
-    try:
-        request = json.loads(line)
-        if request_id(request) == custom_id:
-            return dict(request)
-    except (ValueError, KeyError, AttributeError):
-        pass
-    raise UserError(f"{path}: changed while its requests were sent (byte {offset} no longer starts {custom_id}'s line)")
+    if _digest(line) != at.digest:
+        raise UserError(
+            f"{path}: changed while its requests were sent (byte {at.offset} no longer starts {custom_id}'s line as "
+            "it was read)"
+        )
+    return dict(json.loads(line))
 
 
 def register_shards(run: Run, ledger: Ledger, stage: str, models: list[RunModel], state: str = "planned") -> None:

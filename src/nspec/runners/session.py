@@ -25,6 +25,7 @@ from nspec.runners.grading.scoring import score_run
 from nspec.runners.ledger import Ledger
 from nspec.runners.live import CallerSettings, LiveRequest, check_admissible, request_tokens, run_live
 from nspec.runners.run_store import (
+    LineAt,
     ResultsFile,
     Run,
     RunModel,
@@ -287,19 +288,19 @@ class Session:
         for label, ids in by_model.items():
             model = models[label]
             api = provider(model.provider)
-            keyed: list[tuple[bytes, int, int, str]] = []  # key, shard, offset: ties keep the compiled order
+            keyed: list[tuple[bytes, int, LineAt, str]] = []  # key, shard, line: ties keep the compiled order
             for shard, s in enumerate(model.shards):
-                for offset, cid, line in located_shard_requests(self.run.path / s["file"]):
+                for at, cid, line in located_shard_requests(self.run.path / s["file"]):
                     if cid not in ids:
                         continue
                     key = api.send_key(line)
                     if key is None:
                         yield LiveRequest(cid, label, model.provider, line, ids[cid])
                     else:
-                        keyed.append((key, shard, offset, cid))
+                        keyed.append((key, shard, at, cid))
             keyed.sort()
-            for _, shard, offset, cid in keyed:
-                line = shard_request_at(self.run.path / model.shards[shard]["file"], offset, cid)
+            for _, shard, at, cid in keyed:
+                line = shard_request_at(self.run.path / model.shards[shard]["file"], at, cid)
                 yield LiveRequest(cid, label, model.provider, line, ids[cid])
 
     def _request_sizes(self, by_model: dict[str, dict[str, int]]) -> None:

@@ -134,6 +134,16 @@ def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
     return "\n\n".join([*paragraphs, prefill if prefill is not None else ANSWER_CUE])
 
 
+def chat_messages(body: Any) -> list[Any]:
+    """The messages of a chat request's body; a body that is no chat request is the request's fault."""
+    if not isinstance(body, dict):
+        raise EngineError(400, "invalid_request", "a request's body is a JSON object")
+    messages = body.get("messages") or []
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise EngineError(400, "invalid_request", "a request's messages are a list of JSON objects")
+    return messages
+
+
 def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
     unknown = sorted(k for k in body if k not in _SUPPORTED)
     if unknown:
@@ -143,9 +153,16 @@ def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
     settings = {k: body[k] for k in _SAMPLING if k in body}
     settings.setdefault("temperature", 1.0)  # OpenAI's default; llama.cpp's own is 0.8
     settings.setdefault("seed", int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big"))
-    settings["n_predict"] = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
-    if body.get("logprobs"):
-        settings["n_probs"] = max(1, int(body.get("top_logprobs") or 0))  # with them, the chosen token's own
+    try:
+        settings["n_predict"] = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        if body.get("logprobs"):
+            settings["n_probs"] = max(1, int(body.get("top_logprobs") or 0))  # with them, the chosen token's own
+    except (TypeError, ValueError):
+        raise EngineError(400, "invalid_request", "max_tokens and top_logprobs are whole numbers") from None
+    # llama.cpp reads the request as JSON whose integers have at most 64 bits
+    past = sorted(k for k, v in settings.items() if isinstance(v, int) and not -(1 << 63) <= v < 1 << 64)
+    if past:
+        raise EngineError(400, "invalid_request", f"{', '.join(past)}: a whole number of at most 64 bits")
     return settings
 
 
@@ -161,7 +178,7 @@ def prefix_key(line: Mapping[str, Any]) -> bytes:
     after another, and each reads from the cache what it shares with the one before; in this order each shared part
     is read once. A key is 1/32 of its prompt's size: a model's keys are held to sort, not its prompts."""
     try:
-        prompt = completion_prompt(line.get("body", {}).get("messages") or [])
+        prompt = completion_prompt(chat_messages(line.get("body")))
     except EngineError:
         return b""  # answered with its error wherever it runs
     chunks = (prompt[i : i + KEY_CHUNK].encode() for i in range(0, len(prompt), KEY_CHUNK))
@@ -217,6 +234,7 @@ class Engine:
         self._order = threading.Lock()  # one slot: a prompt's cut of the cache and its reading, one prompt at a time
         self._state = threading.Condition()  # the requests on the server, which a load waits for
         self._on_server = 0
+        self._server: Any = None
         self._growing = False
         self._load(min(context, self.trained) if slots == 1 else self.trained)
 
@@ -244,6 +262,7 @@ class Engine:
         params.api_keys = [self._key]
         self.context = context
         self._cached: list[int] = []  # the prompt whose keys and values the slot holds
+        self._server = None  # the model loaded before is let go first: both at once would take the memory of two
         self._server = self._xllamacpp.Server(params)
         self._address = self._server.listening_address
 
@@ -270,12 +289,11 @@ class Engine:
                 self._on_server -= 1
                 self._state.notify_all()
 
-    def complete(
-        self, body: dict[str, Any], key: str, progress: Callable[[int, int], None] | None = None
-    ) -> dict[str, Any]:
-        """A chat.completion object for an OpenAI chat request body; ``key`` (the custom_id) seeds sampling.
+    def complete(self, body: Any, key: str, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """A chat.completion object for an OpenAI chat request body (anything else is an `EngineError`); ``key`` (the
+        custom_id) seeds sampling.
         ``progress(processed, total)`` hears how far the prompt is read, after each batch of its tokens."""
-        prompt, settings = completion_prompt(body.get("messages") or []), _sampling(body, key)
+        prompt, settings = completion_prompt(chat_messages(body)), _sampling(body, key)
         tokens = self._tokenized(prompt, bos=True, with_pieces=False)
         with (
             self._order if self.slots == 1 else contextlib.nullcontext(),
@@ -374,7 +392,7 @@ class Engine:
         """The OpenAI batch-output line (as vLLM's run-batch writes it) answering one compiled request line."""
         custom_id = line["custom_id"]
         try:
-            status, body = 200, self.complete(line["body"], custom_id, progress)
+            status, body = 200, self.complete(line.get("body"), custom_id, progress)
         except EngineError as exc:
             status, body = exc.status, {"error": {"code": exc.code, "message": exc.message}}
         response = {"status_code": status, "request_id": "local-" + secrets.token_hex(8), "body": body}
