@@ -202,6 +202,27 @@ def test_an_engine_loaded_again_lets_the_model_before_go_first():
     assert growth < 150e6  # bytes: its larger cache, not a second model
 
 
+def test_a_length_past_the_trained_context_is_refused_as_one_past_max_context(cli, tmp_path):
+    """The engine cannot load more than the context its model was trained for (32,768 tokens here, in its file): a
+    grid length past it is refused by validate at the model, as one past `max_context` is, and its cells are dropped
+    under `run.on_too_long: drop`; a `max_context` past it is refused at its key."""
+    spec, longer = tmp_path / "long.yaml", SMALL.replace("context_lengths: [300]", "context_lengths: [300, 40000]")
+    spec.write_text(longer)
+    refused = cli("validate", str(spec))
+    assert refused.code == 2
+    assert "models[0].id: context length 40000 exceeds the model's context window (32,768" in refused.err
+    spec.write_text(SMALL.replace("{id: local/gemma-3-270m, ", "{id: local/gemma-3-270m, max_context: 40000, "))
+    refused = cli("validate", str(spec))
+    assert refused.code == 2
+    assert "models[0].max_context: 40000 exceeds the context the model was trained for (32,768)" in refused.err
+    spec.write_text(longer + "run: {on_too_long: drop}\n")
+    compiled = cli("compile", str(spec), "-o", str(tmp_path / "out"))
+    assert compiled.code == 0, compiled.err
+    (manifest,) = (tmp_path / "out").glob("*/*/manifest.json")
+    model = json.loads(manifest.read_text())["models"][0]
+    assert model["cells"] == 3 and model["dropped_cells"] == 3  # both depths and the control at 40,000
+
+
 def test_output_lines_are_openai_batch_output():
     model = engine("gemma-3-270m")
     ok = model.output_line({"custom_id": "a", "body": chat(f"{HAYSTACK}\n\nWhat is the special magic number?")})

@@ -101,7 +101,7 @@ def models_of(
                 name=name,
                 mode=entry.get("mode", "auto"),
                 params=params,
-                max_context=entry.get("max_context"),
+                max_context=entry["max_context"] if "max_context" in entry else api.context_window(entry),
                 tokenizer=api.tokenizer(entry.get("base_model", name), entry.get("tokenizer")),
                 prompt_override=dict(entry.get("prompt", {})),
                 entry=entry,

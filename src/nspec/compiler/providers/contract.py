@@ -152,6 +152,12 @@ class Provider(Protocol):
         """What is wrong with a model entry for this provider: (key path inside the entry, message) each."""
         ...
 
+    def context_window(self, entry: Mapping[str, Any]) -> int | None:
+        """The model's context window where the provider knows it for certain (a local model's trained context, in
+        its file), else None: the entry's `max_context` says it. It stands for `max_context` where the entry sets
+        none: a grid length past it is refused, or its cells dropped, alike."""
+        ...
+
     def takes_prefill(self, entry: Mapping[str, Any]) -> bool:
         """Whether the model continues a final assistant message (a prefill) as the start of its answer."""
         ...

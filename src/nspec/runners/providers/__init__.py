@@ -207,6 +207,9 @@ class BaseProvider:
     def send_key(self, line: Mapping[str, Any]) -> bytes | None:
         return None  # an API's requests go as compiled
 
+    def context_window(self, entry: Mapping[str, Any]) -> int | None:
+        return None  # an API's models change behind their names: the spec's max_context says it
+
     def prompt_text(self, line: Mapping[str, Any]) -> str:
         return "\n\n".join(_strings(line))  # whatever the format, the prompt is among its texts
 

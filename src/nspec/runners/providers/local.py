@@ -643,13 +643,25 @@ class Local(BaseProvider):
         return True  # `completion_prompt` ends with the prefill for the model to continue
 
     def model_issues(self, entry: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-        """Besides the base checks: the model's file is there and is a GGUF whose vocabulary can be read."""
+        """Besides the base checks: the model's file is there and is a GGUF whose vocabulary can be read, and a
+        `max_context` is within the context the model was trained for (the engine cannot load more)."""
         issues = super().model_issues(entry)
         try:
-            longest_token(model_file(str(entry["id"]).split("/", 1)[1]))
+            path = model_file(str(entry["id"]).split("/", 1)[1])
+            longest_token(path)
+            trained = trained_context(path)
         except UserError as exc:
-            issues.append((("id",), str(exc)))
+            return [*issues, (("id",), str(exc))]
+        limit = entry.get("max_context")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > trained:
+            issues.append((("max_context",), f"{limit} exceeds the context the model was trained for ({trained:,})"))
         return issues
+
+    def context_window(self, entry: Mapping[str, Any]) -> int | None:
+        try:
+            return trained_context(model_file(str(entry["id"]).split("/", 1)[1]))
+        except UserError:
+            return None  # said by model_issues
 
     def refused_params(self, entry: Mapping[str, Any]) -> dict[str, str]:
         given = entry.get("params")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from nspec.compiler import grid as grid_axes
+from nspec.compiler.providers.registry import provider
+from nspec.errors import UserError
 from nspec.spec.yamlsource import format_path
 
 from .base import SpecChecker, short
@@ -46,8 +48,9 @@ def check_grid(c: SpecChecker) -> None:
 
 
 def _beyond_max_context(c: SpecChecker, lengths: list[int]) -> None:
-    """A length past a model's max_context is compile's refusal under `run.on_too_long: error` (the default):
-    said here, at the model's max_context."""
+    """A length past a model's max_context, or past the context window its provider knows where it sets none (a local
+    model's trained context), is compile's refusal under `run.on_too_long: error` (the default): said here, at the
+    model's max_context or its id."""
     run = c.data.get("run")
     if isinstance(run, dict) and run.get("on_too_long", "error") != "error":
         return
@@ -61,3 +64,22 @@ def _beyond_max_context(c: SpecChecker, lengths: list[int]) -> None:
                     f"context length {short(over)} exceeds the model's max_context ({limit}); shorten "
                     "grid.context_lengths or set run.on_too_long: drop",
                 )
+        elif limit is None and (window := _context_window(model)) is not None:
+            over = [v for v in lengths if v > window]
+            if over:
+                c.error(
+                    (*path, "id"),
+                    f"context length {short(over)} exceeds the model's context window ({window:,}, as its "
+                    "provider knows it); shorten grid.context_lengths or set run.on_too_long: drop",
+                )
+
+
+def _context_window(model: dict[str, object]) -> int | None:
+    """The context window the provider of a model entry knows, if any (an entry it refuses is said elsewhere)."""
+    model_id = model.get("id")
+    if not isinstance(model_id, str) or "/" not in model_id:
+        return None
+    try:
+        return provider(model_id.split("/", 1)[0]).context_window(model)
+    except UserError:
+        return None
