@@ -720,3 +720,30 @@ def test_validate_sizes_a_generated_task_for_a_local_model_as_compile_does(cli, 
     )
     result = cli("validate", spec_file(spec))
     assert result.code == 0, result.err
+
+
+def test_a_parameter_past_64_bits_is_refused_where_it_stands(cli, spec_file, tmp_path):
+    """A whole number past 64 bits in a model's params (a seed, a stop list's item) is refused by validate and
+    compile alike, at its key: the request files would hold it, and read back it becomes an inexact float."""
+    big = 2**70
+    spec = spec_file(
+        BASE.replace(
+            "{id: openai/gpt-4.1-mini}", f"{{id: openai/gpt-4.1-mini, params: {{seed: {big}, stop: [1, {-big}]}}}}"
+        )
+    )
+    for command in (["validate", spec], ["compile", spec, "-o", str(tmp_path / "out")]):
+        result = cli(*command)
+        assert result.code == 2
+        assert f"models[0].params.seed: {big} is past 64 bits" in result.err
+        assert f"models[0].params.stop[1]: {-big} is past 64 bits" in result.err
+    assert (
+        cli(
+            "validate",
+            spec_file(
+                BASE.replace(
+                    "{id: openai/gpt-4.1-mini}", "{id: openai/gpt-4.1-mini, params: {seed: 9223372036854775807}}"
+                )
+            ),
+        ).code
+        == 0
+    )

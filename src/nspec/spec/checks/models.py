@@ -3,6 +3,7 @@ what their APIs take, their answer budgets, and where their requests and keys go
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from nspec.compiler.prices import close_names, table_entry
@@ -74,6 +75,13 @@ def model_settings(c: SpecChecker, path: Path, model: dict[str, Any], reserves: 
                     f"`{key}` is set by nspec from the spec; remove it",
                     at_key=True,
                 )
+        for where, value in _integers(params, (*path, "params")):
+            if not -(1 << 63) <= value < 1 << 64:
+                c.error(
+                    where,
+                    f"{value} is past 64 bits: request files hold whole numbers of at most 64 bits (read "
+                    "back, a larger one becomes an inexact float)",
+                )
         for key in ("max_tokens", "max_completion_tokens"):
             limit = params.get(key)
             if key in params and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
@@ -84,6 +92,18 @@ def model_settings(c: SpecChecker, path: Path, model: dict[str, Any], reserves: 
                     f"{key} ({limit}) exceeds reserve_tokens ({min(reserves)}): the answer could "
                     "overflow the context length; raise reserve_tokens or lower max_tokens",
                 )
+
+
+def _integers(value: Any, path: Path) -> Iterator[tuple[Path, int]]:
+    """The whole numbers in a parameter's value, each with its path."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _integers(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _integers(item, (*path, i))
 
 
 def _answer_budget(c: SpecChecker, path: Path, model: dict[str, Any], api: Provider, reserves: list[int]) -> None:
