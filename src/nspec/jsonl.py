@@ -15,6 +15,12 @@ import orjson
 from nspec.errors import UserError, writing
 
 
+def within_64_bits(number: int) -> bool:
+    """Whether a whole number reads back as itself: orjson (and llama.cpp's reader) take integers of at most 64 bits,
+    signed or unsigned; a larger one comes back as an inexact float."""
+    return -(1 << 63) <= number < 1 << 64
+
+
 def dumps(record: Any) -> bytes:
     """One line's JSON, byte-for-byte stable: compact, UTF-8 as is (no newline: `jsonlines.Writer` adds it)."""
     return _encoded(record, 0)

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from nspec.compiler.providers.contract import OPENAI_CHAT, message_text
+from nspec import jsonl
+from nspec.compiler.providers.contract import OPENAI_CHAT, message_text, model_name
 from nspec.compiler.providers.io import Credentials, Outcome, ShardLimits
 from nspec.compiler.tokenizers import Tokenizer, fewest_tokens
 from nspec.errors import UserError
@@ -159,8 +160,7 @@ def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
             settings["n_probs"] = max(1, int(body.get("top_logprobs") or 0))  # with them, the chosen token's own
     except (TypeError, ValueError):
         raise EngineError(400, "invalid_request", "max_tokens and top_logprobs are whole numbers") from None
-    # llama.cpp reads the request as JSON whose integers have at most 64 bits
-    past = sorted(k for k, v in settings.items() if isinstance(v, int) and not -(1 << 63) <= v < 1 << 64)
+    past = sorted(k for k, v in settings.items() if isinstance(v, int) and not jsonl.within_64_bits(v))
     if past:
         raise EngineError(400, "invalid_request", f"{', '.join(past)}: a whole number of at most 64 bits")
     return settings
@@ -234,7 +234,6 @@ class Engine:
         self._order = threading.Lock()  # one slot: a prompt's cut of the cache and its reading, one prompt at a time
         self._state = threading.Condition()  # the requests on the server, which a load waits for
         self._on_server = 0
-        self._server: Any = None
         self._growing = False
         self._load(min(context, self.trained) if slots == 1 else self.trained)
 
@@ -262,7 +261,7 @@ class Engine:
         params.api_keys = [self._key]
         self.context = context
         self._cached: list[int] = []  # the prompt whose keys and values the slot holds
-        self._server = None  # the model loaded before is let go first: both at once would take the memory of two
+        self._server: Any = None  # the model loaded before is let go first: both at once would take the memory of two
         self._server = self._xllamacpp.Server(params)
         self._address = self._server.listening_address
 
@@ -647,7 +646,7 @@ class Local(BaseProvider):
         `max_context` is within the context the model was trained for (the engine cannot load more)."""
         issues = super().model_issues(entry)
         try:
-            path = model_file(str(entry["id"]).split("/", 1)[1])
+            path = model_file(model_name(entry))
             longest_token(path)
             trained = trained_context(path)
         except UserError as exc:
@@ -659,7 +658,7 @@ class Local(BaseProvider):
 
     def context_window(self, entry: Mapping[str, Any]) -> int | None:
         try:
-            return trained_context(model_file(str(entry["id"]).split("/", 1)[1]))
+            return trained_context(model_file(model_name(entry)))
         except UserError:
             return None  # said by model_issues
 

@@ -55,23 +55,20 @@ def _beyond_max_context(c: SpecChecker, lengths: list[int]) -> None:
     if isinstance(run, dict) and run.get("on_too_long", "error") != "error":
         return
     for path, model in c.model_entries():
-        limit = model.get("max_context")
-        if isinstance(limit, int) and not isinstance(limit, bool) and c.valid((*path, "max_context")):
-            over = [v for v in lengths if v > limit]
-            if over:
-                c.error(
-                    (*path, "max_context"),
-                    f"context length {short(over)} exceeds the model's max_context ({limit}); shorten "
-                    "grid.context_lengths or set run.on_too_long: drop",
-                )
-        elif limit is None and (window := _context_window(model)) is not None:
-            over = [v for v in lengths if v > window]
-            if over:
-                c.error(
-                    (*path, "id"),
-                    f"context length {short(over)} exceeds the model's context window ({window:,}, as its "
-                    "provider knows it); shorten grid.context_lengths or set run.on_too_long: drop",
-                )
+        given = model.get("max_context")
+        if isinstance(given, int) and not isinstance(given, bool) and c.valid((*path, "max_context")):
+            limit, where, what = given, "max_context", f"max_context ({given})"
+        elif given is None and (window := _context_window(model)) is not None:
+            limit, where, what = window, "id", f"context window ({window:,}, as its provider knows it)"
+        else:
+            continue
+        over = [v for v in lengths if v > limit]
+        if over:
+            c.error(
+                (*path, where),
+                f"context length {short(over)} exceeds the model's {what}; shorten grid.context_lengths or set "
+                "run.on_too_long: drop",
+            )
 
 
 def _context_window(model: dict[str, object]) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nspec import jsonl
 from nspec.compiler.prices import close_names, table_entry
 from nspec.compiler.providers.contract import Provider
 from nspec.compiler.providers.credentials import key_destination_problem
@@ -76,7 +77,7 @@ def model_settings(c: SpecChecker, path: Path, model: dict[str, Any], reserves: 
                     at_key=True,
                 )
         for where, value in _integers(params, (*path, "params")):
-            if not -(1 << 63) <= value < 1 << 64:
+            if not jsonl.within_64_bits(value):
                 c.error(
                     where,
                     f"{value} is past 64 bits: request files hold whole numbers of at most 64 bits (read "
