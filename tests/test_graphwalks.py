@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from nspec.compiler.tasks import Slot
+from nspec.compiler.tasks.graphwalks import EdgeStream, operation_text
 from nspec.runners import pipeline
 from nspec.runners.emulator.config import Degrade, Responder
 from nspec.runners.emulator.responders import make_responder
@@ -234,3 +236,39 @@ def test_graphwalks_runs_is_scored_by_f1_and_reported(cli, spec_file, tmp_path, 
     (words,) = summary_words(data, 0.5)  # a task without depths: the pass rate per length alone
     assert words["text"].startswith(f"{passed / 8:.1%} of 8 cells pass (95% CI "), words
     assert "depth" not in words["text"] and "effective length" in words["text"], words
+
+
+def test_each_operation_reads_the_graph_of_its_first_edges_as_a_whole_graph_scan_would():
+    stream = EdgeStream(Slot(None, 5000, 0, 7))
+    stream.grow(3000)
+    for n in (1, 2, 7, 100, 999, 3000):
+        graph = "Here is the graph to operate on:\n" + "\n".join(stream.lines[:n])
+        nodes = stream.nodes(n)
+        assert nodes == sorted({node for line in stream.lines[:n] for node in line.split(" -> ")})
+        for node in nodes[:: max(1, len(nodes) // 40)]:
+            for operation, depth in (("parents", 2), ("bfs", 1), ("bfs", 2), ("bfs", 3)):
+                question = operation_text(operation, node, depth)
+                expected = reference_answer(f"{graph}\n\nOperation:\n{question}\n")
+                assert stream.answer(n, operation, node, depth) == expected
+
+
+def test_a_length_of_a_million_tokens_is_fitted_in_a_few_builds_of_one_graph_per_sample(cli, spec_file, monkeypatch):
+    """The size search guesses from the counts so far, not doubling up from one edge (some forty builds of a graph
+    of a hundred thousand edges), and the models of a sample build from the same edges, drawn once."""
+    streams, builds = [], []
+    init, grow = EdgeStream.__init__, EdgeStream.grow
+
+    def counted_init(self, slot):
+        streams.append(slot)
+        init(self, slot)
+
+    def counted_grow(self, n):
+        builds.append(n)
+        grow(self, n)
+
+    monkeypatch.setattr(EdgeStream, "__init__", counted_init)
+    monkeypatch.setattr(EdgeStream, "grow", counted_grow)
+    result = cli("validate", spec_file(SPEC.replace("context_lengths: [1500, 3000]", "context_lengths: [1000000]")))
+    assert result.code == 0, result.err
+    assert len(streams) == 2  # one graph per operation, which both models are fitted from
+    assert len(builds) <= 5 * 4, builds  # four cells: two models, two operations

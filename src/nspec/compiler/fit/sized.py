@@ -13,7 +13,7 @@ from nspec.prompt import Prompt, Turn
 from ..models import Model, ModelSlot
 from ..record import Records
 from ..stats import CompileStats
-from ..tasks import Built, Draft, Sized, largest_fitting, largest_within
+from ..tasks import Built, Draft, Sized, largest_within
 from ..tasks.sizing import NotGrowing
 from .generated import fitted_prompt, system
 from .measure import Fitted
@@ -28,8 +28,8 @@ def sized_prompt(model: Model, system_prompt: str | None, built: Built) -> Promp
 
 
 class SizedFitter:
-    """Fits the `Sized` drafts of a compile. Sizes found are kept as hints: the next sample at the same length
-    (`largest_fitting`'s `near`) or the next model on the same sample (`largest_within`'s) starts its search there,
+    """Fits the `Sized` drafts of a compile. Sizes found are kept as hints: the next sample at the same length (a
+    family's step) or the next model on the same sample (RULER's grid) starts its search there,
     and finds the same size from anywhere, in fewer builds from close by. A size whose prompt holds more characters
     than the length's tokens could (`Model.prompt_tokens`'s floor) does not fit, untokenised: no search holds more
     than about twice the length's text."""
@@ -38,6 +38,7 @@ class SizedFitter:
         self.records, self.stats = records, stats
         self._sizes: dict[tuple[str, str, int, str], int] = {}  # a draft's size, per model, length and draft
         self._searched: dict[tuple[str, int, str], int | None] = {}  # the grid index found, per length and draft
+        self._stepped: dict[tuple[str, int, str], int] = {}  # the size last found by a step, per length and draft
 
     def fit(self, slot: ModelSlot, draft: Draft, sized: Sized) -> Fitted:
         """The draft built at the largest size whose prompt and answer budget fit the slot's length; refused where
@@ -49,7 +50,7 @@ class SizedFitter:
         at = _builds(slot, draft, sized, target - reserve)
         cell = f"cell {self.records.cell_id(slot, draft)} ({model.label}, length {slot.length})"
         try:
-            size = self._size(slot, draft, sized, target - reserve, lambda size: at(size)[2] + reserve <= target)
+            size = self._size(slot, draft, sized, target - reserve, lambda size: at(size)[2])
         except NotGrowing as exc:
             raise CellError(f"{cell}: the {self.records.family} task's size search never ends: {exc}") from None
         if size == 0:
@@ -72,17 +73,22 @@ class SizedFitter:
             slot, prompt, (tokens, exact), reserve, self.stats, question, expected, data, {"size": size}
         )
 
-    def _size(self, slot: ModelSlot, draft: Draft, sized: Sized, room: int, fits: Callable[[int], bool]) -> int:
-        """The draft's size at the slot (0: none fits)."""
+    def _size(self, slot: ModelSlot, draft: Draft, sized: Sized, room: int, count: Callable[[int], int]) -> int:
+        """The draft's size at the slot (0: none fits): the largest whose prompt, of ``count(size)`` tokens, is
+        within ``room``."""
         model = slot.model
         key = (model.label, str(slot.variant), slot.length, json.dumps([slot.point, draft.identity], sort_keys=True))
         if sized.search is None:
-            # The last sample's size at this length: most samples fit within a step of it, found in two or three
-            # builds.
-            size = self._sizes[key] = largest_fitting(fits, sized.step, sized.limit, near=self._sizes.get(key))
+            # In units of the step, the line through the sizes counted so far guesses the next (a graph of a million
+            # edges is found in a handful of builds, not forty); the last sample's size at this length, or another
+            # model's on this sample, starts it.
+            step, near = sized.step, self._sizes.get(key, self._stepped.get(key[1:]))
+            last = None if sized.limit is None else sized.limit // step
+            units = largest_within(lambda k: count(k * step), room, 1, last, near and near // step) if last != 0 else 0
+            size = self._sizes[key] = self._stepped[key[1:]] = units * step
             return size
         size = self._searched_size(key, slot, draft, sized, room)
-        while size > 0 and not fits(size):  # RULER takes a step off while the sample overflows
+        while size > 0 and count(size) > room:  # RULER takes a step off while the sample overflows
             size = size - sized.step if size > sized.step else 0
         return size
 
@@ -110,15 +116,21 @@ class SizedFitter:
 
 
 def _builds(slot: ModelSlot, draft: Draft, sized: Sized, room: int) -> Callable[[int], Build]:
-    """The draft's build at a size, with its prompt and count (a floor past ``room``), each size built once."""
+    """The draft's build at a size, with its prompt and count (a floor past ``room``). Of the sizes tried, only the
+    largest that fits is kept — the one a search ends on — so a search at a length of millions holds one context,
+    not each it tried."""
     model, system_prompt = slot.model, system(slot, draft)
-    tried: dict[int, Build] = {}
+    kept: dict[int, Build] = {}
 
     def at(size: int) -> Build:
-        if size not in tried:
-            built = sized.build(size)
-            prompt = sized_prompt(model, system_prompt, built)
-            tried[size] = (built, prompt, *model.prompt_tokens(prompt, room))
-        return tried[size]
+        if size in kept:
+            return kept[size]
+        built = sized.build(size)
+        prompt = sized_prompt(model, system_prompt, built)
+        tried = (built, prompt, *model.prompt_tokens(prompt, room))
+        if tried[2] <= room and all(size > k for k in kept):
+            kept.clear()
+            kept[size] = tried
+        return tried
 
     return at

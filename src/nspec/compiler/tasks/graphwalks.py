@@ -14,9 +14,10 @@ at N). Unlike OpenAI's graphs, these have no self-loops and no repeated edges.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
-from collections import deque
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -52,6 +53,7 @@ EDGES_PER_NODE = 2
 STEP = 1  # edges: the sizes tried when fitting a length
 PICKS = 32  # random nodes tried for the operation before the others in order
 TRIED = 256  # the most nodes tried in all: a graph none of whose first nodes has an answer is too small to ask
+NEVER = 1 << 62  # the first edge of a node no edge has reached yet
 
 
 def operation_text(operation: str, node: str, depth: int) -> str:
@@ -65,72 +67,99 @@ def final_answer(nodes: Sequence[str]) -> str:
     return f"Final Answer: [{', '.join(nodes)}]"
 
 
-def at_depth(edges: Sequence[tuple[str, str]], start: str, depth: int) -> list[str]:
-    """The nodes whose shortest path from ``start`` has exactly ``depth`` edges (never ``start``), sorted."""
-    children: dict[str, list[str]] = {}
-    for a, b in edges:
-        children.setdefault(a, []).append(b)
-    seen = {start: 0}
-    queue = deque([start])
-    while queue:
-        node = queue.popleft()
-        if seen[node] == depth:
-            continue
-        for child in children.get(node, ()):
-            if child not in seen:
-                seen[child] = seen[node] + 1
-                queue.append(child)
-    return sorted(n for n, d in seen.items() if d == depth and n != start)
-
-
-def parents(edges: Sequence[tuple[str, str]], node: str) -> list[str]:
-    """The nodes with an edge to ``node`` (never ``node``), sorted."""
-    return sorted({a for a, b in edges if b == node and a != node})
-
-
-def answer_of(edges: Sequence[tuple[str, str]], operation: str, node: str, depth: int) -> list[str]:
-    return parents(edges, node) if operation == "parents" else at_depth(edges, node, depth)
-
-
 class EdgeStream:
-    """The edges of one slot's graph, drawn once and in order: the graph of n edges is the first n, so a longer
-    context holds the graph of a shorter one and more. No self-loops, no repeated edge."""
+    """The edges of one sample's graph, drawn once and in order: the graph of n edges is the first n, so a longer
+    context holds the graph of a shorter one and more. No self-loops, no repeated edge. Each node's edges out and in
+    are listed in the order drawn, so an operation on the first n edges reads the node's neighbourhood, not the whole
+    graph (a graph at a length of millions has a million edges, and each size tried asks about several nodes)."""
 
     def __init__(self, slot: Slot) -> None:
-        self.slot = slot
+        self.sample = (slot.seed, slot.length, slot.trial)
         self.draws = slot.draws("graphwalks-edges", slot.length, slot.trial)
-        self.edges: list[tuple[str, str]] = []
-        self._seen: set[tuple[int, int]] = set()
-        self._ids: list[str] = []
-        self._taken: set[str] = set()
+        self.lines: list[str] = []  # each edge as the prompt lists it
+        self._tails, self._heads = array("i"), array("i")  # each edge's nodes, by number (an edge: tail -> head)
+        self._names: list[str] = []  # each node's id, by number
+        self._number: dict[str, int] = {}  # each node's number, by name
+        self._first: list[int] = []  # each node's first edge (NEVER: none yet)
+        self._out: list[array[int]] = []  # each node's edges out, by number (the order drawn)
+        self._in: list[array[int]] = []  # and in
 
-    def node(self, i: int) -> str:
-        """The id of node ``i``: 10 hex digits, as OpenAI's graphs name theirs."""
-        while len(self._ids) <= i:
-            n = len(self._ids)
+    def _name_nodes(self, count: int) -> None:
+        """Name the first ``count`` nodes, each 10 hex digits as OpenAI's graphs name theirs (a node's name depends
+        only on its number and the names before it)."""
+        seed, length, trial = self.sample
+        for n in range(len(self._names), count):
             salt = 0
             while True:
-                key = f"graphwalks-node\0{self.slot.seed}\0{self.slot.length}\0{self.slot.trial}\0{n}\0{salt}"
+                key = f"graphwalks-node\0{seed}\0{length}\0{trial}\0{n}\0{salt}"
                 name = hashlib.sha256(key.encode()).hexdigest()[:10]
-                if name not in self._taken:
+                if name not in self._number:
                     break
                 salt += 1
-            self._ids.append(name)
-            self._taken.add(name)
-        return self._ids[i]
+            self._number[name] = n
+            self._names.append(name)
+            self._first.append(NEVER)
+            self._out.append(array("i"))
+            self._in.append(array("i"))
 
-    def first(self, n: int) -> list[tuple[str, str]]:
-        while len(self.edges) < n:
-            pool = 2 + len(self.edges) // EDGES_PER_NODE
+    def grow(self, n: int) -> None:
+        """Draw edges until there are ``n``."""
+        lines, tails, heads, out, names, first, below = (
+            self.lines,
+            self._tails,
+            self._heads,
+            self._out,
+            self._names,
+            self._first,
+            self.draws.below,
+        )
+        while len(lines) < n:
+            edge = len(lines)
+            pool = 2 + edge // EDGES_PER_NODE
+            if pool > len(names):
+                self._name_nodes(pool)
             while True:
-                a = self.draws.below(pool)
-                b = self.draws.below(pool - 1)
+                a = below(pool)
+                b = below(pool - 1)
                 b += b >= a  # never a self-loop
-                if (a, b) not in self._seen:
+                if all(heads[e] != b for e in out[a]):  # a node has a few edges out: no repeated edge
                     break
-            self._seen.add((a, b))
-            self.edges.append((self.node(a), self.node(b)))
-        return self.edges[:n]
+            lines.append(f"{names[a]} -> {names[b]}")
+            tails.append(a)
+            heads.append(b)
+            out[a].append(edge)
+            self._in[b].append(edge)
+            if first[a] == NEVER:
+                first[a] = edge
+            if first[b] == NEVER:
+                first[b] = edge
+
+    def nodes(self, n: int) -> list[str]:
+        """The ids of the nodes of the first ``n`` edges (drawn), sorted."""
+        return sorted(name for name, first in zip(self._names, self._first, strict=True) if first < n)
+
+    def answer(self, n: int, operation: str, node: str, depth: int) -> list[str]:
+        """The operation's nodes in the graph of the first ``n`` edges, sorted: the parents of ``node``, or the
+        nodes whose shortest path from it has exactly ``depth`` edges (never ``node`` itself)."""
+        start = self._number[node]
+        if operation == "parents":
+            return sorted({self._names[self._tails[e]] for e in _before(self._in[start], n)})
+        seen, frontier = {start}, [start]
+        for _ in range(depth):
+            reached = []
+            for at in frontier:
+                for e in _before(self._out[at], n):
+                    child = self._heads[e]
+                    if child not in seen:
+                        seen.add(child)
+                        reached.append(child)
+            frontier = reached
+        return sorted(self._names[i] for i in frontier)
+
+
+def _before(edges: array[int], n: int) -> array[int]:
+    """Of a node's edges, in the order drawn, those among the first ``n``."""
+    return edges[: bisect.bisect_left(edges, n)]
 
 
 class GraphWalksFamily(Family):
@@ -180,18 +209,22 @@ class GraphWalksFamily(Family):
 class GeneratedGraphs(Task):
     def __init__(self, operation: str, depth: int) -> None:
         self.operation, self.depth = operation, depth
+        self._stream: EdgeStream | None = None
 
     def cells(self, lengths: Sequence[int]) -> int:
         return len(lengths)
 
     def drafts(self, slot: Slot) -> Iterator[Draft]:
-        stream = EdgeStream(slot)
+        # A sample's models build the same graphs: the last sample's edges serve the next model on it.
+        if self._stream is None or self._stream.sample != (slot.seed, slot.length, slot.trial):
+            self._stream = EdgeStream(slot)
+        stream = self._stream
 
         def build(size: int) -> Built:
-            edges = stream.first(size)
-            node, nodes, redrawn = self._pick(slot, size, edges)
+            stream.grow(size)
+            node, nodes, redrawn = self._pick(slot, size, stream)
             operation = operation_text(self.operation, node, self.depth)
-            graph = "\n".join(f"{a} -> {b}" for a, b in edges)
+            graph = "\n".join(stream.lines[:size])
             text = f"{INSTRUCTIONS}{graph}\n\nOperation:\n{operation}{CLOSING}"
             data = {"nodes": nodes, "node": node, "edges": size}
             unscorable = None if nodes else self._empty(size)
@@ -203,15 +236,15 @@ class GeneratedGraphs(Task):
         data = {"depth": self.depth} if self.operation == "bfs" else {}
         yield Draft({"operation": self.operation}, Sized(build, step=STEP), question, data=data)
 
-    def _pick(self, slot: Slot, size: int, edges: list[tuple[str, str]]) -> tuple[str, list[str], int]:
-        """The node the operation starts from, drawn among the graph's nodes until its answer is not empty (an
-        empty set scores 0 whatever the reply, under OpenAI's F1), with that answer and how many nodes drawn before
-        it were set aside (none found among `TRIED`: the first node, with no answer)."""
+    def _pick(self, slot: Slot, size: int, stream: EdgeStream) -> tuple[str, list[str], int]:
+        """The node the operation starts from, drawn among the nodes of the graph of ``size`` edges until its answer
+        is not empty (an empty set scores 0 whatever the reply, under OpenAI's F1), with that answer and how many
+        nodes drawn before it were set aside (none found among `TRIED`: the first node, with no answer)."""
         draws = slot.draws("graphwalks-node", slot.length, slot.trial, size)
-        nodes = sorted({n for edge in edges for n in edge})
+        nodes = stream.nodes(size)
         tries = [nodes[draws.below(len(nodes))] for _ in range(PICKS)]
         for tried, node in enumerate([*tries, *nodes][:TRIED]):  # the rest in order, should random draws all miss
-            answer = answer_of(edges, self.operation, node, self.depth)
+            answer = stream.answer(size, self.operation, node, self.depth)
             if answer:
                 return node, answer, tried
         return nodes[0], [], 0
