@@ -1,11 +1,13 @@
 """A gateway before `nspec emulator` over real HTTP: it forwards every call as it came (bodies whole, by length or
 in chunks) and passes the answer back, except the calls whose path ends with one it blocks, which it answers itself
-with an HTML page and the status it is given, as a proxy does with a route it does not forward."""
+with an HTML page and the status it is given, as a proxy does with a route it does not forward. A `hold` hears the
+path of each call it forwards first, and may keep the call there (its own thread) for as long as it likes."""
 
 from __future__ import annotations
 
 import http.client
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,9 +16,15 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host
 
 
 class Gateway:
-    def __init__(self, upstream: str, blocked: str, status: int) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        blocked: str | None = None,
+        status: int = 404,
+        hold: Callable[[str], None] | None = None,
+    ) -> None:
         target = urlsplit(upstream)
-        self.blocked, self.status = blocked, status
+        self.blocked, self.status, self.hold = blocked, status, hold
         self.answered: list[str] = []  # the paths it answered itself
         gateway = self
 
@@ -47,11 +55,14 @@ class Gateway:
 
             def _serve(self) -> None:
                 body = self._body()
-                if urlsplit(self.path).path.endswith(gateway.blocked):
+                path = urlsplit(self.path).path
+                if gateway.blocked is not None and path.endswith(gateway.blocked):
                     gateway.answered.append(self.path)
                     page = f"<html><body>{gateway.status}: not served here</body></html>".encode()
                     self._send(gateway.status, [("content-type", "text/html")], page)
                     return
+                if gateway.hold is not None:
+                    gateway.hold(path)
                 upstream_call = http.client.HTTPConnection(target.hostname or "", target.port, timeout=60)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}

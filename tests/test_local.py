@@ -261,6 +261,21 @@ def test_a_line_that_is_no_chat_request_is_answered_with_its_error(body, prompt)
     assert parse_openai(answered).error["code"] == "invalid_request"
 
 
+@pytest.mark.parametrize(
+    ("budget", "limit"),
+    [("max_tokens", 0), ("max_tokens", -1), ("max_completion_tokens", 0), ("max_completion_tokens", -1)],
+)
+def test_an_answer_budget_under_one_token_is_answered_as_openai_answers_it(budget, limit):
+    """A budget `validate` refuses, edited into a request line, is refused as OpenAI refuses it, not handed to
+    llama.cpp (where -1 is no limit); `max_completion_tokens` is the budget where both are given."""
+    answered = engine("gemma-3-270m").output_line({"custom_id": "x", "body": chat("Hi", **{budget: limit})})
+    assert answered["response"]["status_code"] == 400
+    assert parse_openai(answered).error == {
+        "code": "invalid_request",
+        "message": f"Invalid '{budget}': integer below minimum value. Expected a value >= 1, but got {limit} instead.",
+    }
+
+
 def test_sampling_without_a_seed_is_reproducible_per_request():
     model = engine("gemma-3-270m")
     body = chat("Once upon a time", prefill=None, temperature=1.0, max_tokens=6)

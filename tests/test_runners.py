@@ -1,25 +1,33 @@
 """Runners against the emulator, through the real SDKs: batch and live, resumption after SIGKILL at every
 dangerous point, retries of exactly what is missing, 429 storms, and missing keys."""
 
+import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from nspec.compiler.providers.io import Credentials, Outcome
+from nspec.compiler.providers.registry import provider
 from nspec.compiler.run_writer import compile_run
 from nspec.errors import UserError
+from nspec.prompt import Prompt
 from nspec.runners import pipeline
 from nspec.runners.emulator.config import Faults, RateLimits, Timing
 from nspec.runners.failpoints import ENV as FAILPOINT
+from nspec.runners.live import PREFETCH, CallerSettings, LiveRequest, run_live
 from nspec.runners.session import Session
 from nspec.spec import load_spec
 from tests.contract import assert_run_valid
+from tests.gateway import Gateway
 
 pytestmark = pytest.mark.usefixtures("api_keys")
 
@@ -130,6 +138,81 @@ def test_live_mode(emulator, tmp_path):
     assert progress.pending == 0 and batches_on(emu) == (0, 0)
     got = assert_complete(run)
     assert {r["source"]["kind"] for r in got} == {"live"}
+
+
+def live_requests(model_id: str, count: int) -> list[LiveRequest]:
+    """``count`` short requests to ``model_id``, as compiled."""
+    name = model_id.split("/")[0]
+    api = provider(name)
+    lines = {f"{name}-{i}": Prompt.ask(None, f"Question {i}?") for i in range(count)}
+    return [
+        LiveRequest(cid, model_id, name, api.request_line({"id": model_id}, cid, prompt, {}, 16), 100)
+        for cid, prompt in lines.items()
+    ]
+
+
+def live_settings(emu_or_gateway_url: str, concurrency: int = 1) -> dict[str, CallerSettings]:
+    """Both live models at ``emu_or_gateway_url`` (the emulator serves both APIs on one address)."""
+    limits = {"concurrency": concurrency}
+    return {
+        GPT: CallerSettings("openai", Credentials("test-key", f"{emu_or_gateway_url}/v1"), limits, 1),
+        CLAUDE: CallerSettings("anthropic", Credentials("test-key", emu_or_gateway_url), limits, 1),
+    }
+
+
+class Meeting:
+    """A gateway's hold: each call waits until calls to every one of ``paths`` have come (or, the first time one
+    waits ``patience`` seconds, the meeting is given up and no call waits any more)."""
+
+    def __init__(self, paths: set[str], patience: float = 30.0) -> None:
+        self.missing, self.patience = set(paths), patience
+        self.given_up = False
+        self.met = threading.Condition()
+
+    def __call__(self, path: str) -> None:
+        with self.met:
+            self.missing = {p for p in self.missing if not path.endswith(p)}
+            self.met.notify_all()
+            if not self.given_up and not self.met.wait_for(lambda: not self.missing, self.patience):
+                self.given_up = True
+
+
+def test_every_model_is_sent_at_once_each_within_its_own_limits(emulator):
+    """Two live models, the first with more requests than its slots and its read-ahead hold: each call is held at a
+    gateway until both models have sent one. Sent one model after the other, the second model's first call would
+    wait for the first model's calls to come back, and they for it."""
+    emu = emulator()
+    meeting = Meeting({"/v1/chat/completions", "/v1/messages"})
+    outcomes: list[Outcome] = []
+    slots = 8
+    with Gateway(emu.anthropic_base_url, hold=meeting) as gateway:
+        requests = {GPT: live_requests(GPT, slots + PREFETCH + 2), CLAUDE: live_requests(CLAUDE, 2)}
+        report = asyncio.run(run_live(live_settings(gateway.url, slots), requests, lambda _, o: outcomes.append(o)))
+    assert not meeting.given_up  # every call was forwarded once both models had sent one
+    assert report.closed == {} and len(outcomes) == slots + PREFETCH + 4 and all(o.status == "ok" for o in outcomes)
+
+
+def test_a_model_whose_first_request_takes_long_to_read_holds_up_no_other(emulator):
+    """A local model's first request comes after a pass over every line of its shards (their keys sorted: seconds
+    for thousands of long prompts). Requests are read off the event loop: the other models' calls are sent and come
+    back meanwhile, and Ctrl-C is heard. Here the first model's reading waits for the other model's answer; read on
+    the loop, it would wait in vain."""
+    emu = emulator()
+    answered = threading.Event()
+    read: list[bool] = []
+
+    def slow_to_read() -> Iterator[LiveRequest]:
+        read.append(answered.wait(30))  # the pass over every line, until the other model has had an answer
+        yield from live_requests(GPT, 2)
+
+    def on_result(request: LiveRequest, outcome: Outcome) -> None:
+        if request.model == CLAUDE:
+            answered.set()
+
+    requests = {GPT: slow_to_read(), CLAUDE: live_requests(CLAUDE, 1)}
+    report = asyncio.run(run_live(live_settings(emu.anthropic_base_url), requests, on_result))
+    assert read == [True] and report.closed == {}
+    assert emu.emulation.answered == {"openai": 2, "anthropic": 1}
 
 
 def test_status_report(emulator, tmp_path):

@@ -1,4 +1,5 @@
-"""Live runs: one call per request, paced so the provider's limits are never hit when they are known.
+"""Live runs: one call per request, paced so the provider's limits are never hit when they are known; every model's
+requests go at the same time, each model within its own limits.
 
 Per model, a limiter holds a concurrency cap and token buckets for requests and tokens per minute (input plus the
 request's max_tokens), from the spec's `rate_limits`. The rate-limit headers of every response tighten it further:
@@ -16,10 +17,12 @@ requests in flight.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +68,7 @@ MARGIN = 0.98  # pace a little under a limit, so clock jitter between us and the
 
 
 MAX_SLOTS = 1024  # calls in flight to one model, at most, however fast its limits and slow its answers
-PREFETCH = 64  # requests read ahead of the free slots, ready when one frees (each holds its prompt in memory)
+PREFETCH = 64  # a model's requests read ahead of its free slots, ready when one frees (each holds its prompt)
 
 
 class Limiter:
@@ -293,18 +296,20 @@ class LiveReport:
 
 async def run_live(
     settings: dict[str, CallerSettings],
-    requests: Iterable[LiveRequest],
+    requests: Mapping[str, Iterable[LiveRequest]],
     on_result: Callable[[LiveRequest, Outcome], None],
     stop: Callable[[], bool] = lambda: False,
     on_wait: Callable[[str, float, str], None] = lambda model, seconds, why: None,
 ) -> LiveReport:
-    """Send every request through its model's caller; ``on_result`` sees each outcome as it arrives, ``on_wait``
-    each wait of a second or more (now and then). Requests are taken from ``requests`` as slots free up (a few more
-    than can be in flight wait their turn), so a run of any size holds only those. A refusal stops the run: requests
-    still in flight are abandoned unrecorded. Once ``stop()`` is true no request is sent any more (those in flight
-    come back and are recorded); the requests of a model closed for this run (see the module's doc) are left
-    pending. When the user asks to stop (`nspec.interrupt`), the requests in flight are dropped unrecorded within a
-    fraction of a second, and `Interrupted` is raised."""
+    """Send each model's requests (``requests``: model → its requests, in their sending order) through its caller,
+    every model at once; ``on_result`` sees each outcome as it arrives, ``on_wait`` each wait of a second or more
+    (now and then). A model's requests are taken as its slots free up (a few more than can be in flight wait their
+    turn), so a run of any size holds only those; they are read in a thread, off the event loop (reading the first
+    may take long: a local model's sorts them all first). A refusal stops the run: requests still in flight are
+    abandoned unrecorded. Once ``stop()`` is true no request is sent any more (those in flight come back and are
+    recorded); the requests of a model closed for this run (see the module's doc) are left pending. When the user
+    asks to stop (`nspec.interrupt`), the requests in flight are dropped unrecorded within a fraction of a second,
+    and `Interrupted` is raised."""
     with interrupt.watching():
         sending = asyncio.ensure_future(_send_all(settings, requests, on_result, stop, on_wait))
         watcher = asyncio.ensure_future(_until_interrupted())
@@ -324,17 +329,48 @@ async def _until_interrupted() -> None:
 
 async def _send_all(
     settings: dict[str, CallerSettings],
-    requests: Iterable[LiveRequest],
+    requests: Mapping[str, Iterable[LiveRequest]],
     on_result: Callable[[LiveRequest, Outcome], None],
     stop: Callable[[], bool],
     on_wait: Callable[[str, float, str], None],
 ) -> LiveReport:
-    callers: dict[str, LiveCaller] = {}  # made at a model's first request: only models with requests need clients
+    callers = {label: LiveCaller(settings[label], on_wait) for label in requests}
+    # A thread per model reads its requests. Not the loop's default executor: `asyncio.run` waits for that one at
+    # its end, and a stop (Ctrl-C) must not wait for a read under way.
+    reader = ThreadPoolExecutor(max(1, len(requests)), thread_name_prefix="nspec-read")
+    senders = [
+        asyncio.ensure_future(_send_model(callers[label], source, reader, on_result, stop))
+        for label, source in requests.items()
+    ]
+    try:
+        for sender in asyncio.as_completed(senders):
+            await sender  # a refusal raises at once
+    finally:
+        for sender in senders:
+            sender.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
+        reader.shutdown(wait=False, cancel_futures=True)
+        for caller in callers.values():
+            await caller.close()
+    closed = {label: c.closed for label, c in callers.items() if c.closed is not None}
+    return LiveReport(sum(c.rate_limited for c in callers.values()), closed)
+
+
+async def _send_model(
+    caller: LiveCaller,
+    requests: Iterable[LiveRequest],
+    reader: ThreadPoolExecutor,
+    on_result: Callable[[LiveRequest, Outcome], None],
+    stop: Callable[[], bool],
+) -> None:
+    """Send one model's requests, at most its slots' worth and `PREFETCH` more taken at a time."""
+    loop = asyncio.get_running_loop()
+    source = iter(requests)
 
     async def one(request: LiveRequest) -> None:
         if stop():
             return
-        outcome = await callers[request.model].call(request)
+        outcome = await caller.call(request)
         if outcome is not None:
             on_result(request, outcome)
 
@@ -348,33 +384,35 @@ async def _send_all(
         room.set()
 
     try:
-        for request in requests:
-            if request.model not in callers:
-                callers[request.model] = LiveCaller(settings[request.model], on_wait)
-            if callers[request.model].closed is not None:
-                continue
-            # Waiting for any of a thousand tasks with asyncio.wait costs a callback on each, every time: instead
-            # each task says when it ends.
-            while len(tasks) >= sum(c.limiter.capacity for c in callers.values()) + PREFETCH:
-                room.clear()
-                await room.wait()
+        while True:
             while ended:
                 ended.pop().result()
-            if stop():
+            if caller.closed is not None or stop():
                 break
-            sending = asyncio.ensure_future(one(request))
-            tasks.add(sending)
-            sending.add_done_callback(end)
+            # More are read once half of those read ahead are gone: one trip to the reader for many requests.
+            # Waiting for any of a thousand tasks with asyncio.wait costs a callback on each, every time: instead
+            # each task says when it ends.
+            if len(tasks) > caller.limiter.capacity + PREFETCH // 2:
+                room.clear()
+                await room.wait()
+                continue
+            taken = await loop.run_in_executor(reader, _take, source, caller.limiter.capacity + PREFETCH - len(tasks))
+            if not taken:
+                break
+            for request in taken:
+                sending = asyncio.ensure_future(one(request))
+                tasks.add(sending)
+                sending.add_done_callback(end)
         await asyncio.gather(*tasks)
         for finished in ended:
             finished.result()
     finally:
         for task in list(tasks):
             task.cancel()
-        for caller in callers.values():
-            await caller.close()
-    closed = {label: c.closed for label, c in callers.items() if c.closed is not None}
-    return LiveReport(sum(c.rate_limited for c in callers.values()), closed)
+
+
+def _take(source: Iterator[LiveRequest], count: int) -> list[LiveRequest]:
+    return list(itertools.islice(source, count))
 
 
 def request_tokens(provider_name: str, line: Mapping[str, Any]) -> int:

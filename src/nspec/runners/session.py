@@ -258,7 +258,7 @@ class Session:
             self.events(Event("rate-wait", self.stage, model, delay=seconds, detail=why))
 
         try:
-            requests = self._live_requests(by_model, models)
+            requests = {label: self._live_requests(label, ids, models[label]) for label, ids in by_model.items()}
             report = asyncio.run(run_live(self.callers, requests, on_result, over_budget, on_wait))
         except interrupt.Interrupted:
             raise interrupt.Interrupted(
@@ -281,27 +281,27 @@ class Session:
                 "what came back is recorded, the rest was not sent (raise budget.max_usd or --max-usd to continue)"
             )
 
-    def _live_requests(self, by_model: dict[str, dict[str, int]], models: dict[str, RunModel]) -> Iterator[LiveRequest]:
-        """The requests to send, read from the shards as they are sent. Lines their provider gives a `send_key` (a
-        local engine, which reads a prefix shared with the prompt before from its cache) go after the others, in the
-        keys' order: only the keys and where their lines are, not the lines, are held until then."""
-        for label, ids in by_model.items():
-            model = models[label]
-            api = provider(model.provider)
-            keyed: list[tuple[bytes, int, LineAt, str]] = []  # key, shard, line: ties keep the compiled order
-            for shard, s in enumerate(model.shards):
-                for at, cid, line in located_shard_requests(self.run.path / s["file"]):
-                    if cid not in ids:
-                        continue
-                    key = api.send_key(line)
-                    if key is None:
-                        yield LiveRequest(cid, label, model.provider, line, ids[cid])
-                    else:
-                        keyed.append((key, shard, at, cid))
-            keyed.sort()
-            for _, shard, at, cid in keyed:
-                line = shard_request_at(self.run.path / model.shards[shard]["file"], at, cid)
-                yield LiveRequest(cid, label, model.provider, line, ids[cid])
+    def _live_requests(self, label: str, ids: dict[str, int], model: RunModel) -> Iterator[LiveRequest]:
+        """The requests of model ``label`` to send (``ids``: their sizes), read from its shards as they are sent.
+        Lines their provider gives a `send_key` (a local engine, which reads a prefix shared with the prompt before
+        from its cache) go after the others, in the keys' order: only the keys and where their lines are, not the
+        lines, are held until then (`run_live` reads requests off its event loop: this first pass over every line
+        holds up no call)."""
+        api = provider(model.provider)
+        keyed: list[tuple[bytes, int, LineAt, str]] = []  # key, shard, line: ties keep the compiled order
+        for shard, s in enumerate(model.shards):
+            for at, cid, line in located_shard_requests(self.run.path / s["file"]):
+                if cid not in ids:
+                    continue
+                key = api.send_key(line)
+                if key is None:
+                    yield LiveRequest(cid, label, model.provider, line, ids[cid])
+                else:
+                    keyed.append((key, shard, at, cid))
+        keyed.sort()
+        for _, shard, at, cid in keyed:
+            line = shard_request_at(self.run.path / model.shards[shard]["file"], at, cid)
+            yield LiveRequest(cid, label, model.provider, line, ids[cid])
 
     def _request_sizes(self, by_model: dict[str, dict[str, int]]) -> None:
         """Input plus answer budget of each request, for pacing, set in ``by_model``: the answers' from cells.jsonl,

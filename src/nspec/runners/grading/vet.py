@@ -234,7 +234,10 @@ def ask_judges(
 def _ask(settings: dict[str, CallerSettings], requests: list[LiveRequest], outcomes: dict[str, Outcome]) -> None:
     """Ask every request live, its outcome into ``outcomes``; a model that stays unavailable is an error to run
     again later (vetting needs every answer)."""
-    report = asyncio.run(run_live(settings, requests, _recorder(outcomes)))
+    by_model: dict[str, list[LiveRequest]] = {}
+    for request in requests:
+        by_model.setdefault(request.model, []).append(request)
+    report = asyncio.run(run_live(settings, by_model, _recorder(outcomes)))
     if report.closed:
         raise ProviderError("live", "; ".join(report.closed.values()))
 

@@ -154,12 +154,20 @@ def _sampling(body: dict[str, Any], key: str) -> dict[str, Any]:
     settings = {k: body[k] for k in _SAMPLING if k in body}
     settings.setdefault("temperature", 1.0)  # OpenAI's default; llama.cpp's own is 0.8
     settings.setdefault("seed", int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big"))
+    given = ((k, body[k]) for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None)
+    budget, limit = next(given, ("max_tokens", DEFAULT_MAX_TOKENS))
     try:
-        settings["n_predict"] = int(body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        settings["n_predict"] = int(limit)
         if body.get("logprobs"):
             settings["n_probs"] = max(1, int(body.get("top_logprobs") or 0))  # with them, the chosen token's own
     except (TypeError, ValueError):
         raise EngineError(400, "invalid_request", "max_tokens and top_logprobs are whole numbers") from None
+    if settings["n_predict"] < 1:  # llama.cpp takes -1 as no limit; worded as OpenAI refuses it
+        raise EngineError(
+            400,
+            "invalid_request",
+            f"Invalid '{budget}': integer below minimum value. Expected a value >= 1, but got {limit} instead.",
+        )
     past = sorted(k for k, v in settings.items() if isinstance(v, int) and not jsonl.within_64_bits(v))
     if past:
         raise EngineError(400, "invalid_request", f"{', '.join(past)}: a whole number of at most 64 bits")
